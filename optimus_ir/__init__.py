@@ -1,1 +1,19 @@
-"""optimus_ir: split/cat (vertical) and replicated-op (horizontal) cleanups in Inductor IR."""
+"""optimus_ir: split/cat (vertical) and replicated-op (horizontal) cleanups done in Inductor IR.
+
+Turn it on with ``OPTIMUS_IR=1`` (no code change), or from Python::
+
+    import optimus_ir
+    optimus_ir.enable()                 # every pass; or enable("splitcat") / enable(["splitcat", "horizontal"])
+    with optimus_ir.enabled("splitcat"):
+        ...
+    optimus_ir.disable()
+
+Importing this package imports neither ``torch._inductor`` nor the rules: ``import torch`` loads it through the
+``torch.backends`` entry point, and must stay fast.
+"""
+
+__version__ = "0.1.0"
+
+from optimus_ir.switch import PASSES, disable, enable, enabled, enabled_passes
+
+__all__ = ["PASSES", "__version__", "disable", "enable", "enabled", "enabled_passes"]

@@ -1,0 +1,78 @@
+"""Reading Inductor's Python wrapper code: the Triton kernels it defines, the kernels one call launches, and a
+normalized text without run-dependent parts (for golden files). Pure text; no torch import."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["GraphCode", "Kernel", "normalize", "parse_wrapper"]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A Triton kernel defined in a wrapper.
+
+    Attributes:
+        name: the kernel's variable name in the wrapper, e.g. ``"triton_poi_fused_cat_relu_0"``.
+        source: the kernel's Triton source (the text between the ``async_compile.triton(...)`` triple quotes).
+    """
+
+    name: str
+    source: str
+
+
+@dataclass
+class GraphCode:
+    """The code Inductor generated for one graph.
+
+    Attributes:
+        name: ``"inference"``, ``"forward"`` or ``"backward"``.
+        wrapper: the full Python wrapper code.
+        kernels: each distinct Triton kernel defined in the wrapper, in order of definition.
+        launches: the names of every kernel one call of the wrapper launches, in order: Triton kernels
+            (``name.run(...)``) and extern calls (``extern_kernels.mm``, ``aten.*`` / ``torch.ops.*``
+            fallbacks). Identical kernels are defined once and launched many times, so count launches.
+    """
+
+    name: str
+    wrapper: str
+    kernels: list[Kernel]
+    launches: list[str]
+
+
+_KERNEL_DEFINITION = re.compile(
+    r"^(?P<name>\w+) = async_compile\.triton\('(?P=name)', '''\n(?P<source>.*?)''', "
+    r"device_str='\w+'\)\n",
+    re.DOTALL | re.MULTILINE,
+)
+_LAUNCH = re.compile(
+    r"\b(?P<triton>\w+)\.run\("
+    r"|\b(?P<extern>extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\("
+)
+
+
+def parse_wrapper(wrapper: str, name: str = "inference") -> GraphCode:
+    """Split a wrapper into its kernel definitions and the launches of one call."""
+    kernels = [Kernel(m["name"], m["source"]) for m in _KERNEL_DEFINITION.finditer(wrapper)]
+    host_code = _KERNEL_DEFINITION.sub("", wrapper)
+    launches = [m["triton"] or m["extern"] for m in _LAUNCH.finditer(host_code)]
+    return GraphCode(name, wrapper, kernels, launches)
+
+
+_NORMALIZATIONS = (
+    # "# kernel path: /tmp/torchinductor_user/ab/cabc...py"
+    (re.compile(r"^# kernel path: .*$", re.MULTILINE), "# kernel path: <path>"),
+    # "'backend_hash': 'A1B2...'"
+    (re.compile(r"'backend_hash': '[0-9A-Fa-f]+'"), "'backend_hash': '<hash>'"),
+    # Inductor's cache directories, e.g. /tmp/torchinductor_user/xy/...
+    (re.compile(r"/\S*torchinductor_[^/\s]+/\S+"), "<path>"),
+)
+
+
+def normalize(text: str) -> str:
+    """Remove the run-dependent parts of generated code (kernel paths, Triton's backend hash, cache
+    directories), keeping everything else as written."""
+    for pattern, replacement in _NORMALIZATIONS:
+        text = pattern.sub(replacement, text)
+    return text

@@ -1,0 +1,137 @@
+"""Kernel dump: ``OPTIMUS_IR_DUMP=<dir>`` writes, for every graph Inductor compiles while optimus_ir is enabled,
+the generated code with and without the passes, the kernel launch counts, and every rewrite decision.
+
+Layout::
+
+    <dir>/index.md                       one line per graph: launches stock → optimus_ir, rules fired
+    <dir>/graph_<n>/optimus_ir.py        the wrapper code Inductor generated with the passes (kernels inside)
+    <dir>/graph_<n>/stock.py             the same graph lowered again with every rule suspended
+    <dir>/graph_<n>/rewrites.txt         each rule decision: what fired on which IR nodes; why the others did not
+    <dir>/graph_<n>/summary.json         the same, machine-readable
+
+The "with" side is taken from ``GraphLowering.save_output_code`` (a hook Inductor calls with the final wrapper
+code); the "without" side lowers the same post-grad FX graph once more with :func:`switch.suspended`. A dump
+failure is written to the dump and never fails the compile.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+from optimus_ir import registry, switch
+from optimus_ir.codegen_text import parse_wrapper
+
+DUMP_ENV = "OPTIMUS_IR_DUMP"
+
+_counter = itertools.count()
+_pending: list[registry.RewriteRecord] = []  # decisions since the last graph was dumped
+_previous_hook: Any = None
+_installed = False
+
+
+def dump_dir() -> Path | None:
+    value = os.environ.get(DUMP_ENV)
+    return Path(value) if value else None
+
+
+def install() -> None:
+    """Start dumping (idempotent). Called before each compile while enabled, so setting the variable later works."""
+    global _previous_hook, _installed
+    if _installed or dump_dir() is None:
+        return
+    from torch._inductor.graph import GraphLowering
+
+    _previous_hook = GraphLowering.save_output_code
+    GraphLowering.save_output_code = staticmethod(_on_output_code)
+    registry.add_listener(_pending)
+    _installed = True
+
+
+def uninstall() -> None:
+    global _installed
+    if not _installed:
+        return
+    from torch._inductor.graph import GraphLowering
+
+    GraphLowering.save_output_code = _previous_hook
+    registry.remove_listener(_pending)
+    _pending.clear()
+    _installed = False
+
+
+def _on_output_code(code: str) -> None:
+    if _previous_hook is not None:
+        _previous_hook(code)
+    root = dump_dir()
+    if root is None:
+        return
+    records, _pending[:] = list(_pending), []
+    folder = root / f"graph_{next(_counter)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "optimus_ir.py").write_text(code)
+    try:
+        stock = _lower_stock()
+    except Exception:  # the dump must never fail a compile
+        stock = None
+        (folder / "stock_error.txt").write_text(traceback.format_exc())
+    if stock is not None:
+        (folder / "stock.py").write_text(stock)
+    _write_report(root, folder, code, stock, records)
+
+
+def _lower_stock() -> str:
+    """Lower the graph being compiled once more, with every rule suspended; return its wrapper code."""
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    graph = V.graph
+    stock = GraphLowering(
+        graph.orig_gm,
+        example_inputs=graph.example_inputs,
+        shape_env=graph._shape_env,
+        graph_id=graph.graph_id,
+        cpp_wrapper=graph.cpp_wrapper,
+        aot_mode=graph.aot_mode,
+        is_inference=graph.is_inference,
+        is_backward=graph.is_backward,
+    )
+    with switch.suspended(), V.set_graph_handler(stock), V.set_extern_kernel_nodes([]):
+        stock.run(*graph.example_inputs)
+        wrapper, _ = stock.codegen()
+    return wrapper.value
+
+
+def _graph_kind() -> str:
+    from torch._inductor.virtualized import V
+
+    graph = V.graph
+    return "backward" if graph.is_backward else "inference" if graph.is_inference else "forward"
+
+
+def _write_report(root: Path, folder: Path, code: str, stock: str | None, records: list[Any]) -> None:
+    ours = parse_wrapper(code)
+    theirs = parse_wrapper(stock) if stock is not None else None
+    summary = {
+        "graph": folder.name,
+        "kind": _graph_kind(),
+        "enabled_passes": sorted(switch.enabled_passes()),
+        "launches": {"stock": len(theirs.launches) if theirs else None, "optimus_ir": len(ours.launches)},
+        "kernels_defined": {"stock": len(theirs.kernels) if theirs else None, "optimus_ir": len(ours.kernels)},
+        "rewrites": [
+            {"rule": r.rule, "fired": r.fired, "nodes": list(r.nodes), "detail": r.detail} for r in records
+        ],
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    (folder / "rewrites.txt").write_text("".join(f"{r}\n" for r in records) or "no rule considered this graph\n")
+    fired = sorted({r.rule for r in records if r.fired})
+    line = (
+        f"- {folder.name} ({summary['kind']}): launches {summary['launches']['stock']} stock → "
+        f"{summary['launches']['optimus_ir']} optimus_ir; fired: {', '.join(fired) or 'none'}\n"
+    )
+    with open(root / "index.md", "a") as index:
+        index.write(line)

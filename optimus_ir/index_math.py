@@ -1,0 +1,122 @@
+"""Index reasoning for the rewrites, in sympy, in one place.
+
+Inductor writes memory accesses as sympy expressions over loop variables (``4096*p0 + p1 + 64``), with its own
+integer functions ``FloorDiv`` and ``ModularIndexing`` (``torch.utils._sympy.functions``). The rules ask a few
+questions of such expressions; each is answered here, by proof, or the answer is ``None`` ("can't prove it"), on
+which a rule falls back to stock Inductor:
+
+- :func:`piece_starts`: where each piece of a cat starts along the cat dimension (the pieces tile ``[0, total)``).
+- :func:`constant_step`: do the expressions of pieces ``0..M-1`` differ by ``j * c`` for one constant ``c``?
+- :func:`fold_pieces`: one expression over the whole run of pieces, from the first piece's and the step.
+- :func:`join_div_mod`: ``c*FloorDiv(x, c) + ModularIndexing(x, 1, c)`` is ``x``.
+
+Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import sympy
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+__all__ = [
+    "constant_step",
+    "fold_pieces",
+    "is_static",
+    "join_div_mod",
+    "piece_starts",
+]
+
+
+def is_static(exprs: Iterable[sympy.Expr | int]) -> bool:
+    """True when every expression is a plain integer (no size symbols)."""
+    return all(not getattr(sympy.sympify(e), "free_symbols", set()) for e in exprs)
+
+
+def piece_starts(sizes: Sequence[sympy.Expr | int]) -> list[sympy.Expr]:
+    """Start offset of each piece when pieces of these sizes are laid end to end from 0.
+
+    >>> piece_starts([3, 5, 2])
+    [0, 3, 8]
+    """
+    starts: list[sympy.Expr] = []
+    offset: sympy.Expr = sympy.Integer(0)
+    for size in sizes:
+        starts.append(offset)
+        offset = offset + sympy.sympify(size)
+    return starts
+
+
+def constant_step(
+    exprs: Sequence[sympy.Expr], loop_vars: Iterable[sympy.Symbol]
+) -> sympy.Expr | None:
+    """The ``c`` with ``exprs[j] == exprs[0] + j*c`` for every ``j``, if it exists and is free of ``loop_vars``.
+
+    ``c`` may hold size symbols (dynamic shapes): equality is decided by sympy's expansion, so only what sympy
+    proves counts. Returns None when there is no such ``c`` (e.g. a permutation that is not an arithmetic
+    progression) or it depends on the loop variables (the pieces index differently, not just at an offset).
+    """
+    if len(exprs) < 2:
+        return sympy.Integer(0)
+    loop_vars = set(loop_vars)
+    step = sympy.expand(exprs[1] - exprs[0])
+    if step.free_symbols & loop_vars:
+        return None
+    for j, expr in enumerate(exprs[2:], start=2):
+        if sympy.expand(expr - exprs[0] - j * step) != 0:
+            return None
+    return step
+
+
+def fold_pieces(
+    first: sympy.Expr,
+    piece_var: sympy.Symbol,
+    piece_size: sympy.Expr | int,
+    step: sympy.Expr,
+    out_var: sympy.Expr,
+    replacements: Mapping[sympy.Symbol, sympy.Expr] | None = None,
+) -> sympy.Expr:
+    """One expression for a run of equal pieces laid end to end along ``out_var``.
+
+    ``first`` is the first piece's expression in its own loop variables, ``piece_var`` the one along the cat
+    dimension (size ``piece_size``), ``step`` the constant by which each next piece's expression grows. Element
+    ``out_var`` of the run is element ``out_var % piece_size`` of piece ``out_var // piece_size``::
+
+        first.subs(piece_var, ModularIndexing(out_var, 1, piece_size)) + step * FloorDiv(out_var, piece_size)
+
+    ``replacements`` maps the other loop variables of the piece to those of the run.
+    """
+    piece_size = sympy.sympify(piece_size)
+    if piece_size == 1:
+        local, piece = sympy.Integer(0), out_var
+    else:
+        local, piece = ModularIndexing(out_var, 1, piece_size), FloorDiv(out_var, piece_size)
+    mapping = {**(replacements or {}), piece_var: local}
+    folded = first.xreplace(mapping) + step * piece
+    return join_div_mod(sympy.expand(folded))
+
+
+def join_div_mod(expr: sympy.Expr) -> sympy.Expr:
+    """Rewrite ``k*c*FloorDiv(x, c) + k*ModularIndexing(x, 1, c)`` as ``k*x`` (x = c*(x//c) + x%c for x >= 0).
+
+    Inductor index variables are non-negative, which is what the identity needs.
+
+    >>> from sympy import Symbol
+    >>> x = Symbol("x", integer=True, nonnegative=True)
+    >>> join_div_mod(4096 + 64*FloorDiv(x, 64) + ModularIndexing(x, 1, 64))
+    x + 4096
+    """
+    if not isinstance(expr, sympy.Add):
+        return expr
+    terms = {term: coeff for term, coeff in (arg.as_coeff_Mul()[::-1] for arg in expr.args)}
+    for mod in [t for t in terms if isinstance(t, ModularIndexing)]:
+        base, divisor, modulus = mod.args
+        if divisor != 1 or mod not in terms:
+            continue
+        div = FloorDiv(base, modulus)
+        coeff = terms[mod]
+        if div in terms and sympy.expand(terms[div] - coeff * modulus) == 0:
+            del terms[mod], terms[div]
+            terms[base] = terms.get(base, 0) + coeff
+    return sympy.Add(*(coeff * term for term, coeff in terms.items()))

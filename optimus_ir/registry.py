@@ -1,0 +1,230 @@
+"""Rule registry and the thin drivers that apply rules and record what fired and why others did not.
+
+A rule is one small class with a docstring that shows the IR before and after. Two kinds:
+
+- :class:`LoweringRule` replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs it recognizes. Its
+  ``rewrite`` returns ``(ir_result, what_it_did)`` or raises :class:`Reject` with the reason; the driver then tries
+  the next rule and finally the stock lowering.
+- :class:`SchedulerRule` rewrites the scheduler's node list after Inductor's own fusion
+  (``config._post_fusion_custom_pass``). Its ``rewrite`` returns the new node list and reports through :func:`record`.
+
+Any exception in a rule other than :class:`Reject` is caught: the node gets the stock treatment and the dump shows
+the error. A compile never fails because of a rule.
+
+Every decision becomes a :class:`RewriteRecord`, delivered to whoever listens (:func:`recording`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from optimus_ir.switch import enabled_passes
+
+log = logging.getLogger("optimus_ir")
+
+__all__ = [
+    "LoweringRule",
+    "Reject",
+    "RewriteRecord",
+    "SchedulerRule",
+    "lowering_rules",
+    "record",
+    "recording",
+    "register",
+    "scheduler_rules",
+]
+
+
+class Reject(Exception):
+    """Raised by a rule that does not apply; the message says why (it goes to the dump)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteRecord:
+    """One decision of one rule on one candidate."""
+
+    rule: str
+    fired: bool
+    nodes: tuple[str, ...]  # the FX nodes (lowering) or scheduler nodes (scheduler) concerned
+    detail: str  # fired: what was done; not fired: why not
+
+    def __str__(self) -> str:
+        verdict = "FIRED   " if self.fired else "rejected"
+        return f"{verdict} {self.rule} on {', '.join(self.nodes)}: {self.detail}"
+
+
+class LoweringRule:
+    """Base of rules that take over the lowering of one aten op for the inputs they recognize."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+    op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over
+
+    def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+        raise NotImplementedError
+
+
+class SchedulerRule:
+    """Base of rules that rewrite the scheduler's fused node list."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+_LOWERING_RULES: list[LoweringRule] = []
+_SCHEDULER_RULES: list[SchedulerRule] = []
+
+
+def register(rule_class: type) -> type:
+    """Class decorator: add one instance of the rule to the registry (in definition order)."""
+    if issubclass(rule_class, LoweringRule):
+        _LOWERING_RULES.append(rule_class())
+    elif issubclass(rule_class, SchedulerRule):
+        _SCHEDULER_RULES.append(rule_class())
+    else:
+        raise TypeError(f"{rule_class} is neither a LoweringRule nor a SchedulerRule")
+    return rule_class
+
+
+def _load_rules() -> None:
+    """Import the modules that define rules (they register themselves)."""
+    import optimus_ir.lowering.split_cat  # noqa: F401
+    import optimus_ir.scheduler_hooks.piece_groups  # noqa: F401
+
+
+def lowering_rules() -> list[LoweringRule]:
+    _load_rules()
+    return list(_LOWERING_RULES)
+
+
+def scheduler_rules() -> list[SchedulerRule]:
+    _load_rules()
+    return list(_SCHEDULER_RULES)
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+_listeners: list[list[RewriteRecord]] = []
+
+
+def add_listener(records: list[RewriteRecord]) -> None:
+    """Append every later :class:`RewriteRecord` to ``records`` (until :func:`remove_listener`)."""
+    _listeners.append(records)
+
+
+def remove_listener(records: list[RewriteRecord]) -> None:
+    _listeners.remove(records)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[RewriteRecord]]:
+    """Collect every :class:`RewriteRecord` made inside the block into the yielded list."""
+    records: list[RewriteRecord] = []
+    add_listener(records)
+    try:
+        yield records
+    finally:
+        remove_listener(records)
+
+
+def record(rule: str, fired: bool, nodes: Any, detail: str) -> None:
+    """Report one decision to every listener and to the ``optimus_ir`` logger."""
+    entry = RewriteRecord(rule, fired, tuple(str(n) for n in nodes), detail)
+    log.debug("%s", entry)
+    for records in _listeners:
+        records.append(entry)
+
+
+# ----------------------------------------------------------------------------------------------- drivers
+
+
+class _LoweringDriver:
+    """Stands in ``lowerings[op]``: tries the enabled rules for ``op`` in order, else the stock lowering."""
+
+    def __init__(self, op: Any, stock: Callable[..., Any], rules: list[LoweringRule]) -> None:
+        self.op = op
+        self.stock = stock
+        self.rules = rules
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from torch._inductor.virtualized import V
+
+        active = [r for r in self.rules if r.pass_name in enabled_passes()]
+        if not active:
+            return self.stock(*args, **kwargs)
+        fx_node = V.graph.current_node if V.graph is not None else None
+        nodes = (fx_node.name,) if fx_node is not None else (str(self.op),)
+        for rule in active:
+            try:
+                result, detail = rule.rewrite(*args, **kwargs)
+            except Reject as reason:
+                record(rule.name, False, nodes, str(reason))
+            except Exception as error:  # a rule must never fail a compile
+                log.warning("optimus_ir rule %s raised; using stock lowering", rule.name, exc_info=True)
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
+            else:
+                record(rule.name, True, nodes, detail)
+                return result
+        return self.stock(*args, **kwargs)
+
+
+_stock_lowerings: dict[Any, Callable[..., Any]] = {}
+
+
+def install_lowerings() -> None:
+    """Put a :class:`_LoweringDriver` in ``torch._inductor.lowering.lowerings`` for every op that has rules."""
+    from torch._inductor.lowering import lowerings
+
+    by_op: dict[Any, list[LoweringRule]] = {}
+    for rule in lowering_rules():
+        by_op.setdefault(rule.op, []).append(rule)
+    for op, rules in by_op.items():
+        if op not in _stock_lowerings:
+            _stock_lowerings[op] = lowerings[op]
+            lowerings[op] = _LoweringDriver(op, lowerings[op], rules)
+
+
+def uninstall_lowerings() -> None:
+    """Restore the stock lowerings."""
+    if not _stock_lowerings:
+        return
+    from torch._inductor.lowering import lowerings
+
+    for op, stock in _stock_lowerings.items():
+        lowerings[op] = stock
+    _stock_lowerings.clear()
+
+
+def stock_lowering(op: Any) -> Callable[..., Any]:
+    """The lowering Inductor itself has for ``op`` (also while ours is installed)."""
+    from torch._inductor.lowering import lowerings
+
+    return _stock_lowerings.get(op, lowerings[op])
+
+
+#: The pass that was in ``config._post_fusion_custom_pass`` before ours; run first.
+chained_post_fusion_pass: Callable[[list[Any]], list[Any]] | None = None
+
+
+def post_fusion_pass(nodes: list[Any]) -> list[Any]:
+    """``config._post_fusion_custom_pass``: runs the enabled scheduler rules in order."""
+    if chained_post_fusion_pass is not None:
+        nodes = chained_post_fusion_pass(nodes)
+    for rule in scheduler_rules():
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            nodes = rule.rewrite(nodes)
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised; nodes left as they were", rule.name, exc_info=True)
+            record(rule.name, False, ["<scheduler>"], f"internal error {error!r}; nodes left as they were")
+    return nodes

@@ -1,0 +1,72 @@
+"""Scheduler-time merge of the per-run kernels of one cat into one kernel with block-level dispatch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimus_ir.registry import SchedulerRule, record, register
+
+
+@register
+class PieceGroupToComboKernel(SchedulerRule):
+    """The runs of one rewritten cat (see ``SplitCatToPointwise``) → one kernel that dispatches per run by block.
+
+    Before (after Inductor's fusion; e.g. ``cat([relu(a0), sigmoid(a1), relu(a2), ...])``, runs alternate)::
+
+        SchedulerNode(buf1: relu, writes cat[:, 0:64])      # one kernel per run
+        SchedulerNode(buf2: sigmoid, writes cat[:, 64:128])
+        ...
+
+    After::
+
+        ForeachKernelSchedulerNode([buf1, buf2, ...])       # one kernel: `if pid < n0: relu ... elif pid < n1: ...`
+
+    Each branch is chosen once per block, so per-element work does not depend on the number of runs. Runs that
+    Inductor fused with a neighbour, or that depend on each other, are left out of the group (each decision in
+    the dump); a group of fewer than two nodes is left alone.
+    """
+
+    name = "PieceGroupToComboKernel"
+    pass_name = "splitcat"
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+        from torch._inductor.codegen.simd import SIMDScheduling
+        from torch._inductor.scheduler import ForeachKernelSchedulerNode
+        from torch._inductor.virtualized import V
+
+        from optimus_ir.lowering.split_cat import PIECE_GROUPS
+
+        groups = PIECE_GROUPS.pop(V.graph, [])
+        if not groups:
+            return nodes
+        owner = {name: node for node in nodes for name in node.get_buffer_names()}
+        for group in groups:
+            members: list[Any] = []
+            for name in group:
+                node = owner.get(name)
+                if node is None:
+                    record(self.name, False, [name], "no scheduler node writes it (removed)")
+                elif node.is_foreach() or len(node.get_buffer_names()) != 1:
+                    record(self.name, False, [name], f"fused into {node.get_name()} with other buffers; left there")
+                elif node.is_reduction() or node.is_template() or node.is_extern():
+                    record(self.name, False, [name], "not a pointwise kernel")
+                elif any(m.get_name() in node.ancestors or node.get_name() in m.ancestors for m in members):
+                    record(self.name, False, [name], "depends on another member")
+                else:
+                    members.append(node)
+            if len(members) < 2:
+                continue
+            backend = members[0].scheduler.get_backend(members[0].get_device())
+            if not isinstance(backend, (SIMDScheduling, CUDACombinedScheduling)):
+                record(self.name, False, group, f"{type(backend).__name__} emits no combo kernels")
+                continue
+            merged = ForeachKernelSchedulerNode(
+                members[0].scheduler, members, use_custom_partition_algo=False, enable_autotune=False
+            )
+            scheduler = members[0].scheduler
+            scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
+            kept = sorted([n for n in nodes if n not in members] + [merged], key=lambda n: n.min_order)
+            nodes = scheduler.topological_sort_schedule(kept)
+            record(self.name, True, [m.get_name() for m in members], f"{len(members)} run kernels → one kernel")
+        return nodes

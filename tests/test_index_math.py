@@ -1,0 +1,82 @@
+"""Unit tests of the sympy index reasoning (no graph, no compile)."""
+
+import sympy
+import pytest
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from optimus_ir import index_math
+
+p0, p1, o0, o1 = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("p0", "p1", "o0", "o1"))
+s0 = sympy.Symbol("s0", integer=True, positive=True)
+
+
+def test_piece_starts_tile_the_range():
+    assert index_math.piece_starts([3, 5, 2]) == [0, 3, 8]
+    starts = index_math.piece_starts([s0, s0, 4])
+    assert starts == [0, s0, 2 * s0]
+
+
+def test_constant_step_of_in_order_split():
+    exprs = [4096 * p0 + p1 + 64 * j for j in range(64)]
+    assert index_math.constant_step(exprs, [p0, p1]) == 64
+
+
+def test_constant_step_of_reversed_split_is_negative():
+    exprs = [4096 * p0 + p1 + 64 * (63 - j) for j in range(64)]
+    assert index_math.constant_step(exprs, [p0, p1]) == -64
+
+
+def test_constant_step_rejects_a_permutation_that_is_no_progression():
+    exprs = [4096 * p0 + p1 + 64 * j for j in (0, 2, 1, 3)]
+    assert index_math.constant_step(exprs, [p0, p1]) is None
+
+
+def test_constant_step_rejects_steps_that_depend_on_loop_variables():
+    # piece j strided by j: not an offset
+    exprs = [4096 * p0 + (j + 1) * p1 for j in range(3)]
+    assert index_math.constant_step(exprs, [p0, p1]) is None
+
+
+def test_constant_step_with_symbolic_sizes_is_proved_or_refused():
+    assert index_math.constant_step([p1 + s0 * j for j in range(4)], [p1]) == s0
+    assert index_math.constant_step([p1 + s0 * j * j for j in range(4)], [p1]) is None
+
+
+def test_constant_step_of_one_piece_is_zero():
+    assert index_math.constant_step([p0 + 7], [p0]) == 0
+
+
+def test_fold_reversed_64_piece_cat_is_one_expression():
+    # piece 0 of the output is piece 63 of the input: 4096*p0 + p1 + 4032, step -64 per piece
+    folded = index_math.fold_pieces(4096 * p0 + p1 + 4032, p1, 64, sympy.Integer(-64), o1, {p0: o0})
+    assert folded == 4096 * o0 - 64 * FloorDiv(o1, 64) + ModularIndexing(o1, 1, 64) + 4032
+
+
+def test_fold_in_order_cat_is_the_identity_map():
+    folded = index_math.fold_pieces(4096 * p0 + p1, p1, 64, sympy.Integer(64), o1, {p0: o0})
+    assert folded == 4096 * o0 + o1
+
+
+def test_fold_pieces_of_size_one_uses_the_output_variable_as_piece_index():
+    # unbind + stack: piece j reads x[j, p0] at 8*j + p0 ... size 1 along the stacked dim
+    folded = index_math.fold_pieces(p0, p1, 1, sympy.Integer(8), o1, {p0: o0})
+    assert folded == o0 + 8 * o1
+
+
+@pytest.mark.parametrize("coeff", [1, 3, -2])
+def test_join_div_mod(coeff):
+    x = o1
+    expr = coeff * (64 * FloorDiv(x, 64) + ModularIndexing(x, 1, 64)) + 5
+    assert index_math.join_div_mod(sympy.expand(expr)) == coeff * x + 5
+
+
+def test_join_div_mod_leaves_unmatched_terms():
+    expr = 32 * FloorDiv(o1, 64) + ModularIndexing(o1, 1, 64)
+    assert index_math.join_div_mod(expr) == expr
+    expr = 64 * FloorDiv(o1, 64) + ModularIndexing(o1, 2, 64)
+    assert index_math.join_div_mod(expr) == expr
+
+
+def test_is_static():
+    assert index_math.is_static([3, sympy.Integer(4)])
+    assert not index_math.is_static([3, s0])

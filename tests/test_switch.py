@@ -1,0 +1,157 @@
+"""The switch: OPTIMUS_IR through torch's backend entry point, enable/disable, and the cache keys."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import optimus_ir
+from optimus_ir import switch
+from optimus_ir.registry import recording
+
+
+def _run_python(code: str, **env: str) -> dict:
+    """Run ``code`` in a fresh interpreter with ``env`` (None values unset); it prints one JSON line."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
+    environ.update(env)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+_PROBE = """
+import json, sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+state = {
+    "inductor_imported": "torch._inductor" in sys.modules,
+    "our_modules": sorted(m for m in sys.modules if m.startswith("optimus_ir")),
+    "warnings": [str(w.message) for w in caught if "optimus_ir" in str(w.message)],
+}
+import optimus_ir
+state["enabled"] = sorted(optimus_ir.enabled_passes())
+import torch._inductor.config as config
+state["post_grad_pass"] = type(config.post_grad_custom_post_pass).__name__
+print(json.dumps(state))
+"""
+
+
+def test_unset_variable_touches_nothing():
+    state = _run_python(_PROBE)
+    assert state["inductor_imported"] is False
+    # the entry point ran (optimus_ir.switch is imported) and did nothing else
+    assert state["our_modules"] == ["optimus_ir", "optimus_ir.switch"]
+    assert state["enabled"] == []
+    assert state["post_grad_pass"] == "NoneType"
+
+
+@pytest.mark.parametrize(
+    "value, expected", [("1", ["horizontal", "splitcat"]), ("splitcat", ["splitcat"]), ("0", [])]
+)
+def test_variable_enables_passes_lazily(value, expected):
+    state = _run_python(_PROBE, OPTIMUS_IR=value)
+    assert state["inductor_imported"] is False  # import torch stays light even when enabled
+    assert state["enabled"] == expected
+    assert state["post_grad_pass"] == ("OptimusGraphPass" if expected else "NoneType")
+
+
+def test_bad_variable_warns_and_leaves_torch_importable():
+    state = _run_python(_PROBE, OPTIMUS_IR="splitcat,nonsense")
+    assert state["enabled"] == []
+    assert any("nonsense" in w for w in state["warnings"])
+
+
+def test_parse_passes():
+    assert switch.parse_passes("all") == set(switch.PASSES)
+    assert switch.parse_passes(" Splitcat , horizontal ") == {"splitcat", "horizontal"}
+    assert switch.parse_passes("off") == set()
+    assert switch.parse_passes(None) == set()
+    with pytest.raises(ValueError, match="nonsense"):
+        switch.parse_passes(["nonsense"])
+
+
+def test_enable_disable_and_context_restore_every_hook():
+    import torch._inductor.config as config
+    from torch._inductor.lowering import lowerings
+
+    stock_cat = lowerings[torch.ops.aten.cat.default]
+    user_pass = config.post_grad_custom_post_pass
+    assert optimus_ir.enabled_passes() == set()
+    with optimus_ir.enabled("splitcat") as passes:
+        assert passes == {"splitcat"}
+        ours = config.post_grad_custom_post_pass
+        assert type(ours).__name__ == "OptimusGraphPass"
+        ours(torch.fx.Graph())  # what Inductor does before lowering: installs the lowering override
+        assert lowerings[torch.ops.aten.cat.default] is not stock_cat
+        with optimus_ir.enabled(None):
+            assert optimus_ir.enabled_passes() == set()
+            assert lowerings[torch.ops.aten.cat.default] is stock_cat
+        assert optimus_ir.enabled_passes() == {"splitcat"}
+    assert optimus_ir.enabled_passes() == set()
+    assert config.post_grad_custom_post_pass is user_pass
+    assert lowerings[torch.ops.aten.cat.default] is stock_cat
+    assert config._post_fusion_custom_pass is None
+
+
+def test_user_post_grad_pass_is_chained_and_keyed():
+    import torch._inductor.config as config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    calls = []
+
+    class UserPass(CustomGraphPass):
+        def __call__(self, graph):
+            calls.append(graph)
+
+        def uuid(self):
+            return "user-pass-v1"
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=UserPass()):
+        with optimus_ir.enabled():
+            ours = config.post_grad_custom_post_pass
+            graph = torch.fx.Graph()
+            ours(graph)
+            assert calls == [graph]
+            assert "user-pass-v1" in ours.uuid()
+        assert isinstance(config.post_grad_custom_post_pass, UserPass)
+
+
+def _split_relu_cat(x):
+    return torch.cat([torch.relu(p) for p in reversed(x.split(8, 1))], 1)
+
+
+def test_cache_keys_separate_passes_and_package_versions(tmp_path, monkeypatch):
+    """With the FX-graph and AOTAutograd caches on, a graph compiled with other passes, or by another
+    optimus_ir, must never be served."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x = torch.randn(4, 96)
+
+    def compile_once():
+        torch._dynamo.reset()
+        counters.clear()
+        with recording() as records:
+            out = torch.compile(_split_relu_cat)(x)
+        torch.testing.assert_close(out, _split_relu_cat(x))
+        fired = any(r.fired and r.rule == "SplitCatToPointwise" for r in records)
+        return counters["inductor"]["fxgraph_cache_hit"], counters["aot_autograd"]["autograd_cache_hit"], fired
+
+    with torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False), \
+            torch._functorch.config.patch(enable_autograd_cache=True):
+        assert compile_once() == (0, 0, False)  # stock, cold
+        assert compile_once()[:2] != (0, 0)  # stock again: served from a cache
+        with optimus_ir.enabled("splitcat"):
+            assert compile_once() == (0, 0, True)  # passes on: a miss, and the rule ran
+            assert compile_once()[:2] != (0, 0)  # same passes: a hit
+            switch.package_identity.cache_clear()
+            monkeypatch.setattr(switch, "package_identity", lambda: "0.0.0+older")
+            assert compile_once() == (0, 0, True)  # another optimus_ir: a miss
+        assert compile_once()[:2] != (0, 0)  # off again: the stock entry is served
