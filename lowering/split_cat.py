@@ -135,21 +135,20 @@ def _run_pointwise(run: _Run, dim: int) -> tuple[Any, dict[str, sympy.Expr]]:
 
 
 def _check_consumers(fx_cat: Any) -> None:
-    """Reject when a piece is also needed materialized (returned, or read by a non-pointwise op).
+    """Reject when a piece has a consumer besides the cat.
 
-    Stock Inductor writes such a piece once, straight into the cat's output, and the other consumer reads it
-    there; recomputing it inside our kernel would add work instead of removing it.
+    Stock Inductor computes such a piece once, writes it straight into the cat's output, and fuses the other
+    consumer into the same kernel (e.g. the ``le`` masks a training forward saves for relu's backward); our
+    kernel would compute the piece a second time, so we leave the cat to stock Inductor.
     """
-    from torch._inductor.lowering import is_pointwise_use
-
     for piece in fx_cat.args[0]:
         if not isinstance(piece, torch.fx.Node):
             continue
         for user in piece.users:
-            if user is fx_cat:
-                continue
-            if user.op == "output" or not is_pointwise_use(user):
-                raise Reject(f"piece {piece.name} has another consumer {user.name} ({user.target}) that needs it materialized")
+            if user is not fx_cat:
+                what = "graph output" if user.op == "output" else str(user.target)
+                raise Reject(f"piece {piece.name} has another consumer {user.name} ({what}); stock Inductor "
+                             "writes it once and fuses that consumer with it")
 
 
 def _check_inputs(inputs: Sequence[Any], dim: int) -> None:

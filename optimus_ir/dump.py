@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -71,17 +72,11 @@ def _on_output_code(code: str) -> None:
     if root is None:
         return
     records, _pending[:] = list(_pending), []
-    folder = root / f"graph_{next(_counter)}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "optimus_ir.py").write_text(code)
     try:
-        stock = _lower_stock()
+        stock, error = _lower_stock(), None
     except Exception:  # the dump must never fail a compile
-        stock = None
-        (folder / "stock_error.txt").write_text(traceback.format_exc())
-    if stock is not None:
-        (folder / "stock.py").write_text(stock)
-    _write_report(root, folder, code, stock, records)
+        stock, error = None, traceback.format_exc()
+    write_graph(root, _graph_kind(), code, stock, records, switch.enabled_passes(), stock_error=error)
 
 
 def _lower_stock() -> str:
@@ -113,13 +108,30 @@ def _graph_kind() -> str:
     return "backward" if graph.is_backward else "inference" if graph.is_inference else "forward"
 
 
-def _write_report(root: Path, folder: Path, code: str, stock: str | None, records: list[Any]) -> None:
+def write_graph(
+    root: Path,
+    kind: str,
+    code: str,
+    stock: str | None,
+    records: list[registry.RewriteRecord],
+    passes: Iterable[str],
+    *,
+    stock_error: str | None = None,
+) -> Path:
+    """Write one graph's dump folder under ``root`` (layout in the module docstring) and its line in index.md."""
+    folder = root / f"graph_{next(_counter)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "optimus_ir.py").write_text(code)
+    if stock is not None:
+        (folder / "stock.py").write_text(stock)
+    if stock_error is not None:
+        (folder / "stock_error.txt").write_text(stock_error)
     ours = parse_wrapper(code)
     theirs = parse_wrapper(stock) if stock is not None else None
     summary = {
         "graph": folder.name,
-        "kind": _graph_kind(),
-        "enabled_passes": sorted(switch.enabled_passes()),
+        "kind": kind,
+        "enabled_passes": sorted(passes),
         "launches": {"stock": len(theirs.launches) if theirs else None, "optimus_ir": len(ours.launches)},
         "kernels_defined": {"stock": len(theirs.kernels) if theirs else None, "optimus_ir": len(ours.kernels)},
         "rewrites": [
@@ -130,8 +142,9 @@ def _write_report(root: Path, folder: Path, code: str, stock: str | None, record
     (folder / "rewrites.txt").write_text("".join(f"{r}\n" for r in records) or "no rule considered this graph\n")
     fired = sorted({r.rule for r in records if r.fired})
     line = (
-        f"- {folder.name} ({summary['kind']}): launches {summary['launches']['stock']} stock → "
+        f"- {folder.name} ({kind}): launches {summary['launches']['stock']} stock → "
         f"{summary['launches']['optimus_ir']} optimus_ir; fired: {', '.join(fired) or 'none'}\n"
     )
     with open(root / "index.md", "a") as index:
         index.write(line)
+    return folder

@@ -1,0 +1,87 @@
+"""Split → pointwise → cat on the GPU: eager, stock Inductor, combo kernels and optimus_ir in one run.
+
+    python benchmarks/split_cat_bench.py --out benchmarks/results/<date>
+
+For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
+CUDA-graph replay, compile time (first call), max relative error against eager, and the memory floor (bytes in +
+out over the device-to-device copy bandwidth measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import (  # noqa: E402
+    VARIANTS,
+    copy_bandwidth_bytes_per_ms,
+    cuda_time_ms,
+    graph_replay_ms,
+    header,
+    kernels_per_call,
+    max_rel_error,
+    timed_first_call,
+    variant_context,
+    write_results,
+)
+
+
+def split_relu_cat_reversed(x: torch.Tensor, pieces: int = 64) -> torch.Tensor:
+    return torch.cat([torch.relu(p) for p in reversed(x.chunk(pieces, dim=1))], dim=1)
+
+
+def split_mixed_cat(x: torch.Tensor, pieces: int = 64) -> torch.Tensor:
+    ops = (torch.tanh, torch.sigmoid)
+    return torch.cat([ops[i % 2](p) for i, p in enumerate(x.chunk(pieces, dim=1))], dim=1)
+
+
+WORKLOADS = [
+    ("split64_relu_cat_reversed[64x4096,fp32]", split_relu_cat_reversed, (64, 4096), torch.float32),
+    ("split64_relu_cat_reversed[8192x4096,fp32]", split_relu_cat_reversed, (8192, 4096), torch.float32),
+    ("split64_relu_cat_reversed[8192x4096,bf16]", split_relu_cat_reversed, (8192, 4096), torch.bfloat16),
+    ("split64_tanh_sigmoid_cat[8192x4096,fp32]", split_mixed_cat, (8192, 4096), torch.float32),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth_bytes_per_ms()
+    rows = []
+    for name, fn, shape, dtype in WORKLOADS:
+        x = torch.randn(shape, dtype=dtype, device="cuda")
+        expected = fn(x)
+        floor_ms = 2 * x.numel() * x.element_size() / bandwidth
+        for variant in VARIANTS:
+            torch._dynamo.reset()
+            with variant_context(variant):
+                run = torch.compile(fn) if variant.compile else fn
+                actual, compile_s = timed_first_call(lambda: run(x))
+            call = lambda: run(x)  # noqa: E731
+            replay = graph_replay_ms(call)
+            rows.append(
+                {
+                    "workload": name,
+                    "variant": variant.name,
+                    "kernels/call": kernels_per_call(call),
+                    "ms/call": cuda_time_ms(call),
+                    "graph replay ms": replay,
+                    "floor ms": floor_ms,
+                    "replay / floor": replay / floor_ms if replay else None,
+                    "first call s": compile_s,
+                    "max rel err": max_rel_error(actual, expected),
+                }
+            )
+            print(rows[-1], flush=True)
+    meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
+    columns = list(rows[0])
+    write_results(args.out, "split_cat", meta, rows, columns)
+
+
+if __name__ == "__main__":
+    main()

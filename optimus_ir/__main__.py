@@ -1,0 +1,5 @@
+import sys
+
+from optimus_ir.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""See what optimus_ir does to a function: the Triton kernels, the launches, the wrapper, the rewrites.
+
+    >>> report = compile_report(fn, (torch.randn(64, 4096),))                # optimus_ir, every pass
+    >>> stock = compile_report(fn, (torch.randn(64, 4096),), passes=None)     # stock Inductor
+    >>> len(stock.launches), len(report.launches)
+    (64, 1)
+
+On a machine without a GPU the code is generated for a virtual CUDA sm_90 device with H100/H200-like properties
+(:mod:`optimus_ir.virtual_cuda`); on a machine with one, for the real device. Nothing is run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from optimus_ir import switch
+from optimus_ir.codegen_text import GraphCode, Kernel
+from optimus_ir.registry import RewriteRecord, recording
+
+__all__ = ["CompileReport", "compile_report"]
+
+
+@dataclass
+class CompileReport:
+    """What one compile produced.
+
+    Attributes:
+        graphs: per compiled graph ("inference", or "forward" and "backward"), its wrapper, kernels and launches.
+        rewrites: every rule decision, in order: fired (on which nodes, doing what) or rejected (why).
+    """
+
+    graphs: list[GraphCode]
+    rewrites: list[RewriteRecord]
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        """Each distinct Triton kernel defined, graph after graph."""
+        return [kernel for graph in self.graphs for kernel in graph.kernels]
+
+    @property
+    def launches(self) -> list[str]:
+        """The name of every kernel one call launches (Triton and extern), in order, graph after graph."""
+        return [name for graph in self.graphs for name in graph.launches]
+
+    @property
+    def wrapper(self) -> str:
+        """The wrapper code, graph after graph."""
+        return "\n".join(f"# ===== {graph.name} =====\n{graph.wrapper}" for graph in self.graphs)
+
+    def graph(self, name: str) -> GraphCode:
+        return next(g for g in self.graphs if g.name == name)
+
+
+def compile_report(
+    fn: Callable[..., Any],
+    example_inputs: tuple[Any, ...],
+    *,
+    passes: str | Iterable[str] | None = "all",
+    target: str = "cuda",
+) -> CompileReport:
+    """Compile ``fn`` for ``example_inputs`` with Inductor and ``passes`` of optimus_ir ("all", None for stock
+    Inductor, or a list of pass names) and report the generated code. The global enable state is restored after.
+
+    ``fn`` is a callable or an ``nn.Module``; ``example_inputs`` a tuple of tensors (CPU tensors stand for CUDA
+    tensors of the same shape, dtype and strides). Inputs or parameters that require grad give a training
+    compile: forward and backward graphs.
+    """
+    if target != "cuda":
+        raise ValueError(f"target {target!r} is not supported; only 'cuda'")
+    from optimus_ir import virtual_cuda
+
+    with switch.enabled(passes), recording() as records:
+        graphs = virtual_cuda.generate(fn, tuple(example_inputs))
+    return CompileReport(graphs, list(records))

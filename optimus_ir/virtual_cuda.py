@@ -1,0 +1,553 @@
+"""GPU-less Triton code generation for a CUDA sm_90 (H100/H200-like) target.
+
+:func:`generate` runs a callable through AOTAutograd and Inductor's
+``compile_fx_inner`` and returns the Python wrapper code and the Triton kernels
+Inductor wrote for a CUDA device, without running (or compiling) any of them.
+On a machine without a CUDA device, the device is *virtual*: every device
+query Inductor, Triton and the fake-tensor machinery make is answered as an
+NVIDIA H200 would answer it. All patches are scoped to the call and undone
+afterwards.
+
+How the pipeline differs from ``torch.compile``:
+
+* There is no Dynamo, so pre-grad passes do not run, and shapes are static.
+* AOTAutograd traces (with Inductor's decompositions) and, for training,
+  partitions the graph on *CPU* fake tensors: ``aot_autograd`` with
+  ``requires_grad`` fake CUDA tensors aborts the process without a CUDA
+  runtime, and Python indexing on fake CUDA tensors reaches the C++ device
+  guard. The joint-graph passes therefore run on the CPU graphs (inside
+  Inductor's own ``partition_fn`` for training): device-dependent choices made
+  while tracing or there are the CPU's (e.g. ``scaled_dot_product_attention``
+  traces to its CPU kernel, ``pad_mm`` does not pad, tensor constants created
+  inside ``fn`` stay on the CPU).
+* The graphs are then retargeted to ``cuda:0`` (device arguments, and example
+  inputs with their sizes, strides, storage offsets and dtypes) and compiled
+  with ``compile_fx_forward`` / ``compile_fx_backward`` around
+  ``compile_fx_inner``, so the post-grad passes (custom ones included), the
+  lowerings table and the scheduler's custom passes all apply, as configured in
+  the global ``torch._inductor.config`` at call time.
+* ``GraphLowering.compile_to_module`` is replaced by a capture of the Python
+  wrapper code; no kernel is compiled or run, so configurations that benchmark
+  on the device (``max_autotune``, ``benchmark_fusion``, ...) fail on the
+  virtual device. The FX graph cache and the AOTAutograd cache are off.
+
+On an H200, the normalized wrappers from the virtual and the real device were
+identical, and kernel bodies and launches matched ``torch.compile``'s for
+pointwise, cat, reduction, matmul and training (Linear/ReLU/LayerNorm) cases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+import torch._functorch.config as functorch_config
+import torch._inductor.compile_fx as compile_fx
+import torch._inductor.config as inductor_config
+import torch.utils._pytree as pytree
+from torch._dynamo import device_interface
+from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
+from torch._functorch.aot_autograd import aot_module_simplified
+from torch._inductor import utils as inductor_utils
+from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.graph import GraphLowering
+from torch._inductor.runtime.hints import DeviceProperties
+from torch._inductor.virtualized import V
+from torch._subclasses import fake_tensor
+from triton.backends.compiler import GPUTarget
+from triton.backends.driver import DriverBase
+from triton.runtime import driver as triton_driver
+
+from optimus_ir.codegen_text import GraphCode, normalize, parse_wrapper
+
+
+__all__ = ["generate", "virtual_cuda_available"]
+
+_CPU = torch.device("cpu")
+_CUDA = torch.device("cuda", 0)
+
+
+# ---------------------------------------------------------------------------
+# The virtual device
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _VirtualDeviceProperties:
+    """What ``torch.cuda.get_device_properties`` reports on an NVIDIA H200
+    (read on one with torch 2.11, CUDA 13), attribute for attribute; the
+    identity fields (``uuid``, ``pci_*``) are placeholders."""
+
+    name: str = "NVIDIA H200"
+    major: int = 9
+    minor: int = 0
+    total_memory: int = 150109880320
+    multi_processor_count: int = 132
+    max_threads_per_multi_processor: int = 2048
+    max_threads_per_block: int = 1024
+    regs_per_multiprocessor: int = 65536
+    warp_size: int = 32
+    shared_memory_per_block: int = 49152
+    shared_memory_per_block_optin: int = 232448
+    shared_memory_per_multiprocessor: int = 233472
+    L2_cache_size: int = 60 * 2**20
+    clock_rate: int = 1980000
+    memory_clock_rate: int = 3201000
+    memory_bus_width: int = 6016
+    is_integrated: int = 0
+    is_multi_gpu_board: int = 0
+    gcnArchName: str = "NVIDIA H200"
+    uuid: str = "00000000-0000-0000-0000-000000000000"
+    pci_bus_id: int = 0
+    pci_device_id: int = 0
+    pci_domain_id: int = 0
+
+
+_H200 = _VirtualDeviceProperties()
+
+
+class _VirtualTritonDriver(DriverBase):
+    """A Triton driver for the virtual device: enough for code generation
+    (target queries), and nothing that would launch or load a kernel."""
+
+    @classmethod
+    def is_active(cls) -> bool:
+        return False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.utils = types.SimpleNamespace(
+            get_device_properties=_triton_device_properties
+        )
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        from triton.backends.nvidia.driver import ty_to_cpp
+
+        return ty_to_cpp(ty)
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", _H200.major * 10 + _H200.minor, _H200.warp_size)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_active_torch_device(self) -> torch.device:
+        return _CUDA
+
+    def get_benchmarker(self) -> Callable[..., Any]:
+        raise RuntimeError("the virtual CUDA device cannot run kernels")
+
+
+def _triton_device_properties(device: int) -> dict[str, int]:
+    """The answer of Triton's ``driver.active.utils.get_device_properties``."""
+    return {
+        "max_shared_mem": _H200.shared_memory_per_block_optin,
+        "max_num_regs": _H200.regs_per_multiprocessor,
+        "multiprocessor_count": _H200.multi_processor_count,
+        "warpSize": _H200.warp_size,
+        "sm_clock_rate": _H200.clock_rate,
+        "mem_clock_rate": _H200.memory_clock_rate,
+        "mem_bus_width": _H200.memory_bus_width,
+    }
+
+
+def _device_index(device: Any = None) -> int:
+    """The index a device argument of a ``torch.cuda`` query names (0 if none)."""
+    if isinstance(device, int):
+        index = device
+    elif device is None:
+        index = 0
+    else:
+        index = torch.device(device).index or 0
+    if index != 0:
+        raise RuntimeError(f"the virtual CUDA device has one device, not cuda:{index}")
+    return index
+
+
+def _get_device_properties(device: Any = None) -> _VirtualDeviceProperties:
+    _device_index(device)
+    return _H200
+
+
+def _get_device_capability(device: Any = None) -> tuple[int, int]:
+    _device_index(device)
+    return (_H200.major, _H200.minor)
+
+
+def _get_device_name(device: Any = None) -> str:
+    _device_index(device)
+    return _H200.name
+
+
+def _exchange_device(device: int) -> int:
+    """``torch.cuda._exchange_device``: switch to ``device`` (-1: none) and
+    return the previous device."""
+    _device_index(max(device, 0))
+    return 0
+
+
+def _no_op(*args: Any, **kwargs: Any) -> None:
+    """Stands for a device call that has no effect on code generation."""
+
+
+def _device_query_caches() -> tuple[Any, ...]:
+    """Cached functions whose results depend on the CUDA device (its presence,
+    properties or Triton target): cleared when the virtual device comes and
+    goes, so that neither the real device's (or its absence's) answers leak
+    into the virtual one nor the reverse."""
+    from torch._inductor import comm_analysis
+    from torch._inductor.codecache import CacheBase
+    from torch._inductor.codegen.cuda import cuda_env
+    from torch._inductor.kernel import mm
+    from torch.utils import _triton
+
+    return (
+        DeviceProperties.create,
+        CacheBase.get_system,
+        inductor_utils.get_gpu_type,
+        inductor_utils.is_big_gpu,
+        inductor_utils.get_max_num_sms,
+        inductor_utils.using_b200,
+        inductor_utils.get_device_tflops,
+        inductor_utils.get_gpu_dram_gbps,
+        mm._is_sm7x_or_older_gpu,
+        comm_analysis.get_gpu_type,
+        cuda_env.get_cuda_arch,
+        _triton.has_triton,
+        _triton.triton_backend,
+        _triton.triton_hash_with_backend,
+        _triton._device_supports_tma,
+        _triton.has_triton_tma,
+        _triton.has_triton_tma_device,
+        _triton.has_triton_experimental_host_tma,
+        _triton.has_triton_tensor_descriptor_host_tma,
+        _triton.has_triton_stable_tma_api,
+        _triton.has_datacenter_blackwell_tma_device,
+    )
+
+
+def _clear_device_query_caches() -> None:
+    for cached in _device_query_caches():
+        cached.cache_clear()
+
+
+@contextlib.contextmanager
+def _virtual_cuda_device() -> Iterator[None]:
+    """Make ``cuda:0`` an H200-like sm_90 device for code generation.
+
+    Patches (all undone on exit):
+
+    * ``torch.cuda`` availability, count, current device, properties,
+      capability and name queries; device switches (``set_device``,
+      ``_exchange_device``) and RNG-state calls become no-ops;
+    * the same queries on ``torch._dynamo.device_interface.CudaInterface``,
+      which binds the ``torch.cuda`` functions at import time, and its
+      worker-side properties cache;
+    * ``fake_tensor.init_gpu_context``, which would allocate on the device;
+    * Triton's active driver, which answers ``get_current_target()`` with
+      ``GPUTarget("cuda", 90, 32)``;
+    * Inductor's cached device queries are cleared on entry and on exit.
+    """
+    cuda = torch.cuda
+    iface = device_interface.CudaInterface
+    queries: dict[str, Callable[..., Any]] = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "get_device_properties": _get_device_properties,
+        "get_device_capability": _get_device_capability,
+        "get_device_name": _get_device_name,
+        "set_device": _device_index,
+        "_exchange_device": _exchange_device,
+        "_maybe_exchange_device": _exchange_device,
+        "get_rng_state": lambda device="cuda": torch.empty(0, dtype=torch.uint8),
+        "set_rng_state": _no_op,
+    }
+    interface_queries = {
+        "current_device": queries["current_device"],
+        "set_device": queries["set_device"],
+        "device_count": queries["device_count"],
+        "get_device_properties": queries["get_device_properties"],
+        "exchange_device": queries["_exchange_device"],
+        "maybe_exchange_device": queries["_maybe_exchange_device"],
+    }
+    with contextlib.ExitStack() as stack:
+        for name, replacement in queries.items():
+            stack.enter_context(mock.patch.object(cuda, name, replacement))
+        for name, replacement in interface_queries.items():
+            stack.enter_context(
+                mock.patch.object(iface, name, staticmethod(replacement))
+            )
+        for worker_cache in (
+            device_interface.caching_worker_device_properties,
+            device_interface.caching_worker_current_devices,
+        ):
+            stack.enter_context(mock.patch.dict(worker_cache, clear=True))
+        stack.enter_context(mock.patch.object(fake_tensor, "init_gpu_context", _no_op))
+        stack.enter_context(
+            mock.patch.object(triton_driver, "_active", _VirtualTritonDriver())
+        )
+        stack.callback(_clear_device_query_caches)
+        _clear_device_query_caches()
+        yield
+
+
+def virtual_cuda_available() -> bool:
+    """True when code generation needs the virtual device: no real CUDA device."""
+    return not torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------------------
+# Tracing, partitioning and retargeting
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Graph:
+    """A graph AOTAutograd produced, with its CPU fake example inputs and the
+    AOTAutograd metadata of the function it belongs to."""
+
+    name: str
+    gm: torch.fx.GraphModule
+    example_inputs: list[Any]
+    fw_metadata: ViewAndMutationMeta
+
+
+class _FlatOutputs(torch.nn.Module):
+    """Wraps a callable or module so that it returns a flat tuple of outputs,
+    as ``aot_module_simplified`` requires."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> tuple[Any, ...]:
+        return tuple(pytree.tree_leaves(self.fn(*args)))
+
+
+def _aot_graphs(
+    module: torch.nn.Module, example_inputs: Sequence[Any], training: bool
+) -> list[_Graph]:
+    """Trace ``module`` with AOTAutograd on CPU fake tensors and return its
+    inference graph, or its partitioned forward and backward graphs.
+
+    Inductor's decompositions and ``partition_fn`` (joint-graph passes, then
+    min-cut rematerialization) are used; the backward is compiled eagerly, so
+    that it is traced (for ``ones_like`` tangents) without running anything.
+    """
+    graphs: list[_Graph] = []
+
+    def capture(name: str) -> Callable[..., Any]:
+        def compiler(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
+            if name == "inference":
+                # Training graphs went through them in ``partition_fn``.
+                gm = compile_fx._recursive_joint_graph_passes(gm, input_device=_CPU)
+            context = torch._guards.TracingContext.get()
+            graphs.append(_Graph(name, gm, list(inputs), context.fw_metadata))
+            return gm
+
+        return compiler
+
+    mode = fake_tensor.FakeTensorMode()
+    fake_inputs = tuple(
+        mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+        for x in example_inputs
+    )
+    with (
+        torch.no_grad() if not training else contextlib.nullcontext(),
+        torch._guards.tracing(torch._guards.TracingContext(mode)),
+        V.set_fake_mode(mode),
+        # Records each node's "original_aten", which names the kernels.
+        torch.fx.traceback.preserve_node_meta(),
+        functorch_config.patch(force_non_lazy_backward_lowering=True),
+    ):
+        aot_module_simplified(
+            module,
+            fake_inputs,
+            fw_compiler=capture("forward"),
+            bw_compiler=capture("backward"),
+            inference_compiler=capture("inference"),
+            partition_fn=compile_fx.partition_fn,
+            decompositions=select_decomp_table(),
+        )
+    return graphs
+
+
+def _retarget(value: Any) -> Any:
+    """``value`` with CPU devices replaced by ``cuda:0`` (for node arguments)."""
+    if isinstance(value, torch.device) and value.type == "cpu":
+        return _CUDA
+    return value
+
+
+def _to_cuda_graph(gm: torch.fx.GraphModule) -> None:
+    """Rewrite the device arguments of ``gm``'s nodes from CPU to ``cuda:0``."""
+    for node in gm.graph.nodes:
+        node.args = pytree.tree_map(_retarget, node.args)
+        node.kwargs = pytree.tree_map(_retarget, node.kwargs)
+    gm.recompile()
+
+
+def _to_cuda_input(mode: fake_tensor.FakeTensorMode, value: Any) -> Any:
+    """A fake ``cuda:0`` tensor with ``value``'s size, stride, storage offset
+    and dtype (other values unchanged)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    with mode:
+        if value.storage_offset() == 0:
+            return torch.empty_strided(
+                value.shape, value.stride(), dtype=value.dtype, device=_CUDA
+            )
+        storage = torch.empty(
+            value.untyped_storage().nbytes() // value.element_size(),
+            dtype=value.dtype,
+            device=_CUDA,
+        )
+        return storage.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+# ---------------------------------------------------------------------------
+# Code capture and parsing
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _capture_wrapper_code() -> Iterator[list[str]]:
+    """Replace ``GraphLowering.compile_to_module`` with a capture of the Python
+    wrapper code it would load: yields the list the codes are appended to.
+
+    The module returned to Inductor has a ``call`` that refuses to run.
+    """
+    codes: list[str] = []
+
+    def compile_to_module(graph: GraphLowering) -> types.ModuleType:
+        wrapper_code, _ = graph.codegen()
+        codes.append(wrapper_code.value)
+        module = types.ModuleType("optimus_ir_virtual_cuda_output")
+        module.__file__ = "<virtual cuda>"
+        module.call = _not_runnable  # type: ignore[attr-defined]
+        return module
+
+    with mock.patch.object(GraphLowering, "compile_to_module", compile_to_module):
+        yield codes
+
+
+def _not_runnable(*args: Any) -> None:
+    raise RuntimeError("code generated by optimus_ir.virtual_cuda is not runnable")
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def _requires_grad(module: torch.nn.Module, example_inputs: Sequence[Any]) -> bool:
+    tensors = itertools.chain(
+        (x for x in example_inputs if isinstance(x, torch.Tensor)), module.parameters()
+    )
+    return any(t.requires_grad for t in tensors)
+
+
+def _compile(
+    graph: _Graph,
+    num_user_inputs: int,
+    config_extra: compile_fx.CompilerConfigExtra,
+) -> None:
+    """Retarget ``graph`` to ``cuda:0`` and compile it the way ``compile_fx``
+    compiles AOTAutograd's graphs (``compile_fx_forward`` /
+    ``compile_fx_backward`` around ``compile_fx_inner``, looked up at call
+    time so that a patched one is used)."""
+    mode = fake_tensor.FakeTensorMode()
+    context = torch._guards.TracingContext(mode)
+    context.fw_metadata = graph.fw_metadata
+    _to_cuda_graph(graph.gm)
+    inputs = [_to_cuda_input(mode, x) for x in graph.example_inputs]
+    with torch._guards.tracing(context):
+        if graph.name == "backward":
+            compile_fx.compile_fx_backward(
+                graph.gm,
+                inputs,
+                config_extra,
+                inner_compile=compile_fx.compile_fx_inner,
+            )
+        else:
+            compile_fx.compile_fx_forward(
+                graph.gm,
+                inputs,
+                num_orig_model_outputs=graph.fw_metadata.num_outputs,
+                num_example_inputs=num_user_inputs,
+                compiler_config_extra=config_extra,
+                inner_compile=compile_fx.compile_fx_inner,
+                is_inference=graph.name == "inference",
+            )
+
+
+def generate(
+    fn: Callable[..., Any],
+    example_inputs: tuple[Any, ...],
+    *,
+    training: bool | None = None,
+    virtual: bool | None = None,
+) -> list[GraphCode]:
+    """Generate Inductor's CUDA code for ``fn`` without running it.
+
+    Args:
+        fn: a callable or ``nn.Module``; its outputs may be any pytree of
+            tensors.
+        example_inputs: the positional inputs. Tensors may be on the CPU: they
+            stand for CUDA tensors of the same size, stride and dtype.
+        training: compile the forward and backward graphs (``True``) or one
+            inference graph (``False``). ``None``: training when an input, or a
+            parameter of ``fn`` if it is a module, requires grad. When training
+            is asked for and nothing requires grad, the floating-point inputs
+            are made to.
+        virtual: use the virtual H200-like device (``True``) or the real CUDA
+            device (``False``). ``None``: virtual when no CUDA device exists.
+
+    Returns:
+        ``[inference]`` or ``[forward, backward]``.
+    """
+    module = _FlatOutputs(fn)
+    requires_grad = _requires_grad(module, example_inputs)
+    if training is None:
+        training = requires_grad
+    if training and not requires_grad:
+        example_inputs = tuple(
+            x.detach().requires_grad_(x.is_floating_point())
+            if isinstance(x, torch.Tensor)
+            else x
+            for x in example_inputs
+        )
+    if virtual is None:
+        virtual = virtual_cuda_available()
+
+    with (
+        inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
+        functorch_config.patch(
+            enable_autograd_cache=False, enable_remote_autograd_cache=False
+        ),
+    ):
+        graphs = _aot_graphs(module, example_inputs, training)
+        with (
+            inductor_config.patch(
+                # No subprocess compiles kernels during code generation.
+                compile_threads=1,
+                # They ran on the CPU graphs (see _aot_graphs).
+                use_joint_graph_passes=False,
+            ),
+            _virtual_cuda_device() if virtual else contextlib.nullcontext(),
+            _capture_wrapper_code() as wrappers,
+        ):
+            config_extra = compile_fx.create_compiler_config_extra(inductor_config)
+            for graph in graphs:
+                _compile(graph, len(example_inputs), config_extra)
+    return [
+        parse_wrapper(normalize(wrapper), graph.name)
+        for graph, wrapper in zip(graphs, wrappers, strict=True)
+    ]

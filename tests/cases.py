@@ -1,0 +1,126 @@
+"""The golden cases: each a function, its example inputs, and what optimus_ir must do to it.
+
+Used by tests/test_golden.py (golden kernel text for the virtual sm_90 target, and numerics through Triton's
+interpreter on CPU) and by benchmarks/gpu_check.py (the same cases on the real GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    fn: Callable[..., Any]
+    make_inputs: Callable[[], tuple[torch.Tensor, ...]]
+    stock_launches: int  # launches one call of stock Inductor makes (virtual sm_90)
+    launches: int  # launches with optimus_ir
+    fired: tuple[str, ...]  # rules that must fire
+    atol: float = 1e-5
+    rtol: float = 1e-5
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32, grad: bool = False) -> Callable[[], tuple[torch.Tensor]]:
+    return lambda: (torch.randn(*shape, dtype=dtype, requires_grad=grad),)
+
+
+def split64_relu_cat_reversed(x):
+    return torch.cat([torch.relu(p) for p in reversed(x.split(64, dim=1))], dim=1)
+
+
+def split64_relu_cat(x):
+    return torch.cat([torch.relu(p) for p in x.split(64, dim=1)], dim=1)
+
+
+def chunk16_tanh_sigmoid_cat(x):
+    ops = (torch.tanh, torch.sigmoid)
+    return torch.cat([ops[i % 2](p) for i, p in enumerate(x.chunk(16, dim=1))], dim=1)
+
+
+def split_uneven_relu_cat(x):
+    # sizes 16,16,16 | 32,32 | 8: three runs of equal pieces
+    return torch.cat([torch.relu(p) * 2 for p in x.split([16, 16, 16, 32, 32, 8], dim=1)], dim=1)
+
+
+def chunk_dim0_gelu_cat(x):
+    return torch.cat([F.gelu(p) for p in reversed(x.chunk(12, dim=0))], dim=0)
+
+
+def overlapping_slices_cat(x):
+    return torch.cat([torch.relu(x[:, 32 * i : 32 * i + 64]) for i in range(10)], dim=1)
+
+
+def strided_slices_cat(x):
+    return torch.cat([torch.exp(x[:, i::10]) for i in range(10)], dim=1)
+
+
+def unbind_stack(x):
+    return torch.stack([torch.sigmoid(r) * 2 for r in x.unbind(1)], dim=1)
+
+
+def split_relu_cat_training(x):
+    # relu saves its output for the backward: the forward's pieces have a second consumer (no rewrite there)
+    return torch.cat([torch.relu(p) for p in reversed(x.split(16, dim=1))], dim=1)
+
+
+def split_scale_cat_training(x):
+    return torch.cat([p * 3 for p in reversed(x.split(16, dim=1))], dim=1)
+
+
+CASES = [
+    Case("split64_relu_cat_reversed", split64_relu_cat_reversed, _randn(64, 4096), 64, 1, ("SplitCatToPointwise",)),
+    Case("split64_relu_cat", split64_relu_cat, _randn(64, 4096), 64, 1, ("SplitCatToPointwise",)),
+    Case(
+        "chunk16_tanh_sigmoid_cat",
+        chunk16_tanh_sigmoid_cat,
+        _randn(32, 1024),
+        16,
+        1,
+        ("SplitCatToPointwise", "PieceGroupToComboKernel"),
+    ),
+    Case(
+        "split_uneven_relu_cat",
+        split_uneven_relu_cat,
+        _randn(8, 120),
+        1,
+        1,
+        ("SplitCatToPointwise", "PieceGroupToComboKernel"),
+    ),
+    Case(
+        "chunk_dim0_gelu_cat_bf16",
+        chunk_dim0_gelu_cat,
+        _randn(96, 130, dtype=torch.bfloat16),
+        12,
+        1,
+        ("SplitCatToPointwise",),
+        atol=1e-2,
+        rtol=1e-2,
+    ),
+    Case("overlapping_slices_cat", overlapping_slices_cat, _randn(16, 352), 10, 1, ("SplitCatToPointwise",)),
+    Case("strided_slices_cat", strided_slices_cat, _randn(16, 500), 10, 1, ("SplitCatToPointwise",)),
+    Case("unbind_stack", unbind_stack, _randn(24, 20, 33), 20, 1, ("SplitCatToPointwise",)),
+    Case(
+        "split_relu_cat_training",
+        split_relu_cat_training,
+        _randn(32, 160, grad=True),
+        20,
+        11,
+        ("SplitCatToPointwise", "PieceGroupToComboKernel"),
+    ),
+    Case(
+        "split_scale_cat_training",
+        split_scale_cat_training,
+        _randn(32, 160, grad=True),
+        20,
+        2,
+        ("SplitCatToPointwise",),
+    ),
+]
+
+CASES_BY_NAME = {case.name: case for case in CASES}

@@ -1,0 +1,157 @@
+"""Tests for optimus_ir.virtual_cuda: CUDA (sm_90) Triton code without a GPU."""
+
+import re
+
+import pytest
+import torch
+from triton.runtime import driver as triton_driver
+
+from optimus_ir import virtual_cuda
+from optimus_ir.codegen_text import normalize
+
+
+def _pointwise(x):
+    return torch.tanh(torch.relu(x))
+
+
+def _only(graphs, name="inference"):
+    assert [g.name for g in graphs] == [name]
+    return graphs[0]
+
+
+@pytest.fixture(scope="module")
+def pointwise():
+    return _only(virtual_cuda.generate(_pointwise, (torch.randn(256, 512),)))
+
+
+def test_pointwise_kernel(pointwise):
+    assert len(pointwise.kernels) == 1
+    kernel = pointwise.kernels[0]
+    assert pointwise.launches == [kernel.name]
+    assert kernel.name.startswith("triton_poi_fused_")
+    assert "@triton.jit" in kernel.source
+    assert "tl.load" in kernel.source
+    assert "@triton_heuristics.pointwise(" in kernel.source
+    assert "cc=90" in kernel.source
+    assert "multi_processor_count=132" in kernel.source
+    assert f"{kernel.name}.run(" in pointwise.wrapper
+
+
+def test_normalized_output_is_deterministic(pointwise):
+    again = _only(virtual_cuda.generate(_pointwise, (torch.randn(256, 512),)))
+    assert again == pointwise
+    assert "'backend_hash': '<hash>'" in pointwise.wrapper
+    assert not re.search(r"^# kernel path: /", pointwise.wrapper, re.MULTILINE)
+
+
+def test_normalize():
+    text = (
+        "# kernel path: /tmp/torchinductor_me/ab/cabcdef.py\n"
+        "inductor_meta={'backend_hash': 'A1B2C3', 'x': 1}\n"
+        "tmp0 = tl.load(in_ptr0 + (x0), None)\n"
+    )
+    assert normalize(text) == (
+        "# kernel path: <path>\n"
+        "inductor_meta={'backend_hash': '<hash>', 'x': 1}\n"
+        "tmp0 = tl.load(in_ptr0 + (x0), None)\n"
+    )
+
+
+def test_cat_of_ten_chunks_launches_ten_kernels():
+    def fn(x):
+        return torch.cat([torch.relu(c) for c in x.chunk(10, dim=1)], dim=1)
+
+    graph = _only(virtual_cuda.generate(fn, (torch.randn(64, 640),)))
+    # More than max_pointwise_cat_inputs (8) inputs: a ConcatKernel whose
+    # inputs each write their slice.
+    assert len(graph.launches) == 10
+    assert all(name.startswith("triton_") for name in graph.launches)
+
+
+def test_layer_norm_reduction():
+    def fn(x):
+        return torch.nn.functional.layer_norm(x, (512,))
+
+    graph = _only(virtual_cuda.generate(fn, (torch.randn(256, 512),)))
+    assert len(graph.launches) == 1
+    (kernel,) = graph.kernels
+    assert "@triton_heuristics.persistent_reduction(" in kernel.source
+    assert "rsqrt(" in kernel.source
+
+
+def test_matmul_is_an_extern_launch():
+    def fn(a, b):
+        return torch.relu(a @ b)
+
+    graph = _only(virtual_cuda.generate(fn, (torch.randn(64, 32), torch.randn(32, 16))))
+    assert graph.launches[0] == "extern_kernels.mm"
+    assert len(graph.launches) == 2
+
+
+def test_training_forward_and_backward():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.1)
+    )
+    forward, backward = virtual_cuda.generate(model, (torch.randn(8, 16),))
+    assert (forward.name, backward.name) == ("forward", "backward")
+    assert "extern_kernels.mm" in forward.launches
+    # Dropout's seeds: an extern ATen call (and CUDA RNG-state queries while
+    # compiling).
+    assert "aten.randint.low_out" in forward.launches
+    assert "extern_kernels.mm" in backward.launches
+    assert forward.kernels and backward.kernels
+    assert "tangents_1" in backward.wrapper
+
+
+def test_training_flag_overrides_requires_grad():
+    model = torch.nn.Linear(16, 32)
+    graph = _only(virtual_cuda.generate(model, (torch.randn(8, 16),), training=False))
+    assert graph.launches == ["extern_kernels.addmm"]
+    graphs = virtual_cuda.generate(_pointwise, (torch.randn(8, 16),), training=True)
+    assert [g.name for g in graphs] == ["forward", "backward"]
+
+
+def test_input_strides_are_kept():
+    x = torch.randn(32, 48).t()
+    graph = _only(virtual_cuda.generate(lambda x: x * 2, (x,)))
+    assert "assert_size_stride(arg0_1, (48, 32), (1, 48))" in graph.wrapper
+
+
+def test_no_patch_left_behind():
+    cuda_available = torch.cuda.is_available()
+    active_driver = triton_driver._active
+    get_device_properties = torch.cuda.get_device_properties
+    interface = torch._dynamo.device_interface.CudaInterface
+    interface_get_device_properties = interface.get_device_properties
+
+    virtual_cuda.generate(_pointwise, (torch.randn(4, 4),), virtual=True)
+
+    assert torch.cuda.is_available() == cuda_available
+    assert triton_driver._active is active_driver
+    assert torch.cuda.get_device_properties is get_device_properties
+    assert interface.get_device_properties is interface_get_device_properties
+    assert virtual_cuda.virtual_cuda_available() == (not cuda_available)
+    if not cuda_available:
+        with pytest.raises(RuntimeError):
+            torch.cuda.get_device_properties(0)
+        from torch.utils._triton import has_triton
+
+        assert not has_triton()
+
+
+def test_global_inductor_config_and_custom_passes_are_used():
+    calls = []
+
+    def post_grad_pass(graph):
+        calls.append("post_grad")
+
+    def post_fusion_pass(nodes):
+        calls.append("post_fusion")
+        return nodes
+
+    with torch._inductor.config.patch(
+        post_grad_custom_post_pass=post_grad_pass,
+        _post_fusion_custom_pass=post_fusion_pass,
+    ):
+        virtual_cuda.generate(_pointwise, (torch.randn(4, 4),))
+    assert calls == ["post_grad", "post_fusion"]
