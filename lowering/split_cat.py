@@ -17,6 +17,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from optimus_ir import index_math
 from optimus_ir.registry import LoweringRule, Reject, register
@@ -37,11 +38,15 @@ class _TracedPiece:
     body: Any  # torch._inductor.loop_body.LoopBody
     loop_vars: list[sympy.Symbol]
 
-    def structure(self) -> tuple[Any, ...]:
-        """What must be equal for two pieces to share one body: ops graph, buffers read, sizes, dtype."""
+    def ops_key(self) -> tuple[Any, ...]:
+        """What must be equal for two pieces to share one body: ops graph, buffers read, dtype."""
         blocks = [self.body.root_block.debug_str("body")]
         blocks += [block.debug_str(name) for name, block in self.body.subblocks.items()]
-        return (tuple(blocks), tuple(self.size), self.box.get_dtype(), tuple(self.body.indexing_exprs))
+        return (tuple(blocks), self.box.get_dtype(), tuple(self.body.indexing_exprs))
+
+    def structure(self) -> tuple[Any, ...]:
+        """What must be equal for two pieces to be folded into one run: the ops key and the size."""
+        return (self.ops_key(), tuple(self.size))
 
 
 @dataclasses.dataclass
@@ -101,37 +106,75 @@ def _replay(body: Any, indexing: dict[str, sympy.Expr]) -> Any:
         body.indexing = saved
 
 
-def _run_pointwise(run: _Run, dim: int) -> tuple[Any, dict[str, sympy.Expr]]:
-    """ONE Pointwise computing the whole run; returns it and its folded index expressions (for the dump)."""
-    from torch._inductor import ir
+@dataclasses.dataclass
+class _Fold:
+    """One Pointwise-to-be: ``template``'s body over ``[start, start + size[dim])`` of the cat dimension, with
+    index expressions ``exprs`` in the output variables (``out_vars[dim]`` counted from ``start``)."""
+
+    template: _TracedPiece
+    start: sympy.Expr
+    size: list[sympy.Expr]
+    exprs: dict[str, sympy.Expr]
+
+    def global_exprs(self, out_var: sympy.Symbol) -> dict[str, sympy.Expr] | None:
+        """The expressions with the cat dimension counted from the cat's start; None unless affine."""
+        shifted = {name: sympy.expand(e.xreplace({out_var: out_var - self.start})) for name, e in self.exprs.items()}
+        if any(e.has(FloorDiv, ModularIndexing) for e in shifted.values()):
+            return None
+        return shifted
+
+
+def _fold_run(run: _Run, dim: int, start: sympy.Expr, out_vars: list[sympy.Symbol]) -> _Fold:
+    """The run's index expressions folded over its pieces (:func:`index_math.fold_pieces`)."""
     from torch._inductor.virtualized import V
 
     first = run.pieces[0]
     size = list(first.size)
     size[dim] = first.size[dim] * len(run.pieces)
-    out_vars = [sympy.Symbol(f"optimus_o{i}", integer=True, nonnegative=True) for i in range(len(size))]
     ranges = dict(zip(out_vars, size))
     others = {v: o for i, (v, o) in enumerate(zip(first.loop_vars, out_vars)) if i != dim}
-    folded = {
+    exprs = {
         name: V.graph.sizevars.simplify_with_ranges(
-            index_math.fold_pieces(
-                expr, first.loop_vars[dim], first.size[dim], run.steps[name], out_vars[dim], others
-            ),
+            index_math.fold_pieces(expr, first.loop_vars[dim], first.size[dim], run.steps[name], out_vars[dim], others),
             ranges,
         )
         for name, expr in first.body.indexing_exprs.items()
     }
+    return _Fold(first, start, size, exprs)
+
+
+def _merge_affine(folds: list[_Fold], dim: int, out_vars: list[sympy.Symbol]) -> list[_Fold]:
+    """Join neighbours with one body whose index maps are the same affine map of the cat coordinate.
+
+    E.g. ``split(x, [16, 16, 32])`` → relu → cat in order: runs of sizes 16+16 and 32 both read ``x`` at the
+    output position, so they are one Pointwise ``relu(x)``.
+    """
+    merged = [folds[0]]
+    for fold in folds[1:]:
+        last = merged[-1]
+        same_map = last.global_exprs(out_vars[dim]) is not None and (
+            last.global_exprs(out_vars[dim]) == fold.global_exprs(out_vars[dim])
+        )
+        if same_map and last.template.ops_key() == fold.template.ops_key():
+            size = list(last.size)
+            size[dim] = last.size[dim] + fold.size[dim]
+            merged[-1] = _Fold(last.template, last.start, size, last.exprs)
+        else:
+            merged.append(fold)
+    return merged
+
+
+def _pointwise(fold: _Fold, out_vars: list[sympy.Symbol]) -> Any:
+    """ONE Pointwise that replays the template body with the folded index expressions."""
+    from torch._inductor import ir
+    from torch._inductor.utils import sympy_subs
 
     def inner_fn(index: Sequence[sympy.Expr]) -> Any:
-        from torch._inductor.utils import sympy_subs
-
         replacements = dict(zip(out_vars, index))
-        return _replay(first.body, {name: sympy_subs(e, replacements) for name, e in folded.items()})
+        return _replay(fold.template.body, {name: sympy_subs(e, replacements) for name, e in fold.exprs.items()})
 
-    pointwise = ir.Pointwise.create(
-        device=first.box.get_device(), dtype=first.box.get_dtype(), inner_fn=inner_fn, ranges=size
-    )
-    return pointwise, folded
+    box = fold.template.box
+    return ir.Pointwise.create(device=box.get_device(), dtype=box.get_dtype(), inner_fn=inner_fn, ranges=fold.size)
 
 
 def _check_consumers(fx_cat: Any) -> None:
@@ -216,15 +259,19 @@ class SplitCatToPointwise(LoweringRule):
         if len(pieces) < 2:
             raise Reject("fewer than two non-empty inputs")
         runs = _split_into_runs(pieces)
-        made = [_run_pointwise(run, dim) for run in runs]
-        summary = f"{len(pieces)} pieces → {len(runs)} run(s) of {[len(r.pieces) for r in runs]} along dim {dim}"
-        if len(runs) == 1:
-            pointwise, folded = made[0]
-            return pointwise, f"{summary}: one Pointwise, index {_describe(folded)}"
-        concat = ir.ConcatKernel.create([pointwise for pointwise, _ in made], dim)
+        out_vars = [sympy.Symbol(f"optimus_o{i}", integer=True, nonnegative=True) for i in range(len(pieces[0].size))]
+        starts = index_math.piece_starts([run.pieces[0].size[dim] * len(run.pieces) for run in runs])
+        folds = _merge_affine([_fold_run(r, dim, s, out_vars) for r, s in zip(runs, starts)], dim, out_vars)
+        summary = (
+            f"{len(pieces)} pieces → {len(runs)} run(s) of {[len(r.pieces) for r in runs]} along dim {dim}"
+            f" → {len(folds)} Pointwise"
+        )
+        if len(folds) == 1:
+            return _pointwise(folds[0], out_vars), f"{summary}, index {_describe(folds[0].exprs)}"
+        concat = ir.ConcatKernel.create([_pointwise(fold, out_vars) for fold in folds], dim)
         group = tuple(buf.get_name() for buf in concat.data.inputs)
         PIECE_GROUPS.setdefault(V.graph, []).append(group)
-        return ir.TensorBox(concat), f"{summary}: {len(runs)} Pointwise into one output, one kernel group {list(group)}"
+        return ir.TensorBox(concat), f"{summary} into one output, one kernel group {list(group)}"
 
 
 def _describe(folded: dict[str, sympy.Expr]) -> str:

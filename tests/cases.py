@@ -44,8 +44,13 @@ def chunk16_tanh_sigmoid_cat(x):
 
 
 def split_uneven_relu_cat(x):
-    # sizes 16,16,16 | 32,32 | 8: three runs of equal pieces
+    # sizes 16,16,16 | 32,32 | 8: three runs of equal pieces, all reading x where they write: one map
     return torch.cat([torch.relu(p) * 2 for p in x.split([16, 16, 16, 32, 32, 8], dim=1)], dim=1)
+
+
+def split_uneven_relu_cat_reversed(x):
+    # the same pieces reversed: runs 8 | 32,32 | 16,16,16 with three different maps
+    return torch.cat([torch.relu(p) * 2 for p in reversed(x.split([16, 16, 16, 32, 32, 8], dim=1))], dim=1)
 
 
 def chunk_dim0_gelu_cat(x):
@@ -87,6 +92,14 @@ CASES = [
     Case(
         "split_uneven_relu_cat",
         split_uneven_relu_cat,
+        _randn(8, 120),
+        1,
+        1,
+        ("SplitCatToPointwise",),
+    ),
+    Case(
+        "split_uneven_relu_cat_reversed",
+        split_uneven_relu_cat_reversed,
         _randn(8, 120),
         1,
         1,

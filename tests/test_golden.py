@@ -1,16 +1,20 @@
 """Every golden case: its kernels for the virtual sm_90 target against golden/<case>.txt, its launch counts, and
 its numerics against eager through Triton's interpreter on CPU (the same rewrites, executed)."""
 
+from unittest import mock
+
 import pytest
 import torch
+from torch._inductor.graph import GraphLowering
 
 import optimus_ir
+from optimus_ir.codegen_text import normalize, parse_wrapper
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.registry import recording
 
 from cases import CASES
-from golden import assert_golden, render
+from golden import GOLDEN_DIR, assert_golden, render
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -34,13 +38,22 @@ def test_numerics_in_interpreter(case):
     inputs = case.make_inputs()
     eager_inputs = _clone_inputs(inputs)
     expected = case.fn(*eager_inputs)
-    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+    codes = []
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
+            mock.patch.object(GraphLowering, "save_output_code", codes.append):
         actual = torch.compile(case.fn, fullgraph=True)(*inputs)
         if actual.requires_grad:
             grad = torch.randn_like(actual)
             actual.backward(grad)
             expected.backward(grad)
     assert {r.rule for r in records if r.fired} >= set(case.fired)
+    # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ)
+    golden = (GOLDEN_DIR / f"{case.name}.txt").read_text()
+    executed = [kernel for code in codes for kernel in parse_wrapper(normalize(code)).kernels]
+    assert sum(len(parse_wrapper(code).launches) for code in codes) == case.launches
+    for kernel in executed:
+        body = kernel.source[kernel.source.index("@triton.jit"):].strip()
+        assert body in golden, f"{kernel.name} run in the interpreter is not a golden kernel:\n{body}"
     torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
     for x, x_eager in zip(inputs, eager_inputs):
         if x.requires_grad:

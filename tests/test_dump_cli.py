@@ -1,0 +1,78 @@
+"""The kernel dump (OPTIMUS_IR_DUMP) and the command line (python -m optimus_ir)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import optimus_ir
+from optimus_ir.interpret import cpu_triton_interpreter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _reversed_split_relu_cat(x):
+    return torch.cat([torch.relu(p) for p in reversed(x.split(8, dim=1))], dim=1)
+
+
+def _cat_with_materialized_piece(x):
+    pieces = [torch.relu(p) for p in x.split(8, dim=1)]
+    return torch.cat(pieces[::-1], dim=1), pieces[0]
+
+
+def test_dump_writes_both_sides_counts_and_reasons(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMUS_IR_DUMP", str(tmp_path))
+    x = torch.randn(4, 96)
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        torch.compile(_reversed_split_relu_cat)(x)
+        torch._dynamo.reset()
+        torch.compile(_cat_with_materialized_piece)(x)
+    graphs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(graphs) == 2
+    first, second = (json.loads((g / "summary.json").read_text()) for g in graphs)
+    assert first["launches"] == {"stock": 12, "optimus_ir": 1}
+    assert first["rewrites"][0]["fired"] and first["rewrites"][0]["rule"] == "SplitCatToPointwise"
+    assert "triton_poi_fused_cat_relu_split_0.run(" in (graphs[0] / "optimus_ir.py").read_text()
+    assert (graphs[0] / "stock.py").read_text().count(".run(") == 12
+    assert second["launches"]["stock"] == second["launches"]["optimus_ir"]
+    assert "has another consumer" in (graphs[1] / "rewrites.txt").read_text()
+    index = (tmp_path / "index.md").read_text()
+    assert "launches 12 stock → 1 optimus_ir; fired: SplitCatToPointwise" in index
+
+
+def test_no_dump_without_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPTIMUS_IR_DUMP", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        torch.compile(_reversed_split_relu_cat)(torch.randn(4, 96))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _cli(*args):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
+    result = subprocess.run(
+        [sys.executable, "-m", "optimus_ir", *args], cwd=ROOT, env=environ, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_cli_report_on_a_user_function(tmp_path):
+    out = _cli(
+        "report", "tests.cases:split64_relu_cat_reversed", "--inputs", "torch.randn(64, 4096)", "--dump", str(tmp_path)
+    )
+    assert "--- stock Inductor: 64 kernel launches" in out
+    assert "--- optimus_ir: 1 kernel launches" in out
+    assert "FIRED    SplitCatToPointwise on cat" in out
+    assert "def triton_poi_fused_cat_relu_split_0(" in out
+    assert json.loads((tmp_path / "graph_0" / "summary.json").read_text())["launches"] == {"stock": 64, "optimus_ir": 1}
+
+
+def test_cli_demo_counts():
+    out = _cli("demo", "--counts-only")
+    assert out.count("--- optimus_ir: 1 kernel launches") == 2
+    assert "--- stock Inductor: 64 kernel launches" in out

@@ -1,0 +1,165 @@
+"""SplitCatToPointwise / PieceGroupToComboKernel beyond the golden cases: where they must not fire, how they fall
+back, and odd inputs (mixed dtypes, empty pieces, mutation, dynamic shapes) that must stay correct."""
+
+import pytest
+import torch
+
+import optimus_ir
+from optimus_ir import registry
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.registry import recording
+
+
+def _decisions(report, rule="SplitCatToPointwise"):
+    return [r for r in report.rewrites if r.rule == rule]
+
+
+def _assert_stock(fn, *inputs, reason):
+    """The rule considered the cat, did not fire, said ``reason``, and the kernels are stock Inductor's."""
+    stock = compile_report(fn, inputs, passes=None)
+    report = compile_report(fn, inputs)
+    (decision,) = _decisions(report)
+    assert not decision.fired
+    assert reason in decision.detail
+    assert report.launches == stock.launches
+    assert [k.source for k in report.kernels] == [k.source for k in stock.kernels]
+
+
+def test_piece_returned_as_output_is_not_rewritten():
+    def fn(x):
+        pieces = [torch.relu(p) for p in x.split(16, dim=1)]
+        return torch.cat(pieces[::-1], dim=1), pieces[3]
+
+    _assert_stock(fn, torch.randn(8, 160), reason="graph output")
+
+
+def test_piece_feeding_a_matmul_is_not_rewritten():
+    def fn(x, w):
+        pieces = [torch.tanh(p) for p in x.split(16, dim=1)]
+        return torch.cat(pieces[::-1], dim=1), pieces[0] @ w
+
+    _assert_stock(fn, torch.randn(8, 160), torch.randn(16, 4), reason="another consumer")
+
+
+def test_cat_of_kernel_outputs_is_left_to_stock():
+    # each mm writes straight into its slice of the cat output: nothing to gain by copying
+    def fn(a, b, w):
+        return torch.cat([a @ w, b @ w], dim=1)
+
+    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 16), reason="computed by its own kernel")
+
+
+def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
+    from optimus_ir.lowering import split_cat
+
+    def broken(box):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(split_cat, "_trace", broken)
+
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in x.split(8, dim=1)], dim=1)
+
+    stock = compile_report(fn, (torch.randn(4, 80),), passes=None)
+    report = compile_report(fn, (torch.randn(4, 80),))
+    (decision,) = _decisions(report)
+    assert not decision.fired and "internal error RuntimeError('boom')" in decision.detail
+    assert report.launches == stock.launches
+
+
+def test_subset_switch_keeps_rule_off():
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in x.split(8, dim=1)], dim=1)
+
+    report = compile_report(fn, (torch.randn(4, 80),), passes=["horizontal"])
+    assert report.rewrites == []
+    assert len(report.launches) == 10
+
+
+def _check_in_interpreter(fn, *inputs, fired: bool, dynamic: bool = False):
+    expected = fn(*[x.clone() for x in inputs])
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(fn, dynamic=dynamic, fullgraph=True)(*inputs)
+    torch.testing.assert_close(actual, expected)
+    decisions = [r for r in records if r.rule == "SplitCatToPointwise"]
+    assert decisions and any(r.fired for r in decisions) == fired, decisions
+    return decisions
+
+
+def test_mixed_dtypes_are_promoted_as_torch_does():
+    def fn(x, y):
+        return torch.cat([torch.relu(x[:, :8]), torch.relu(y[:, :8]), torch.relu(x[:, 8:])], dim=1)
+
+    _check_in_interpreter(fn, torch.randn(4, 24), torch.randn(4, 24).to(torch.bfloat16), fired=True)
+
+
+def test_empty_pieces_are_dropped():
+    def fn(x):
+        pieces = x.split([8, 0, 8, 8], dim=1)
+        return torch.cat([torch.sigmoid(p) for p in pieces], dim=1)
+
+    _check_in_interpreter(fn, torch.randn(4, 24), fired=True)
+
+
+def test_negative_dim_and_dim0():
+    def fn(x):
+        return torch.cat([torch.exp(p) for p in reversed(x.chunk(5, dim=-1))], dim=-1) + torch.cat(
+            [p * 2 for p in reversed(x.chunk(4, dim=0))], dim=0
+        )
+
+    _check_in_interpreter(fn, torch.randn(8, 20), fired=True)
+
+
+def test_input_mutated_after_split():
+    def fn(x):
+        out = torch.cat([torch.relu(p) for p in reversed(x.split(4, dim=1))], dim=1)
+        x.add_(1)
+        return out
+
+    x = torch.randn(4, 16)
+    expected_x = x + 1
+    _check_in_interpreter(fn, x, fired=True)
+    torch.testing.assert_close(x, expected_x)
+
+
+def test_dynamic_shapes_fall_back_with_a_reason():
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in reversed(x.split(4, dim=1))], dim=1)
+
+    decisions = _check_in_interpreter(fn, torch.randn(6, 16), fired=False, dynamic=True)
+    assert "symbolic sizes" in decisions[0].detail
+
+
+def test_records_name_rule_and_nodes():
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in x.split(8, dim=1)], dim=1)
+
+    report = compile_report(fn, (torch.randn(4, 80),))
+    (decision,) = _decisions(report)
+    assert decision.fired and decision.nodes == ("cat",)
+    assert "10 pieces → 1 run(s) of [10]" in decision.detail
+    assert str(decision).startswith("FIRED    SplitCatToPointwise on cat:")
+
+
+def test_registry_lists_each_rule_once_with_a_docstring():
+    rules = registry.lowering_rules() + registry.scheduler_rules()
+    names = [rule.name for rule in rules]
+    assert len(names) == len(set(names))
+    for rule in rules:
+        doc = type(rule).__doc__
+        assert doc and "Before" in doc and "After" in doc, rule.name
+        assert rule.pass_name in optimus_ir.PASSES
+
+
+@pytest.mark.parametrize("pieces", [2, 9, 64, 200])
+def test_any_number_of_pieces_is_one_kernel(pieces):
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in reversed(x.chunk(pieces, dim=1))], dim=1)
+
+    report = compile_report(fn, (torch.randn(4, 8 * pieces),))
+    assert len(report.launches) == 1
+    # per-element work does not grow with the number of pieces: one load, no where/masked chain
+    (kernel,) = report.kernels
+    assert kernel.source.count("tl.load") == 1
+    assert "tl.where" not in kernel.source
