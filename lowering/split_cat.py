@@ -11,6 +11,7 @@ the number of pieces.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -31,66 +32,67 @@ PIECE_GROUPS: weakref.WeakKeyDictionary[Any, list[tuple[str, ...]]] = weakref.We
 
 @dataclasses.dataclass
 class _TracedPiece:
-    """A cat input traced into a LoopBody over its own index space."""
+    """A cat input traced into a LoopBody over its own index space, and where it lands along the cat dim."""
 
     box: Any  # the TensorBox given to cat
+    start: sympy.Expr  # its offset along the cat dimension
     size: list[sympy.Expr]
     body: Any  # torch._inductor.loop_body.LoopBody
     loop_vars: list[sympy.Symbol]
 
+    @functools.cached_property
     def ops_key(self) -> tuple[Any, ...]:
         """What must be equal for two pieces to share one body: ops graph, buffers read, dtype."""
         blocks = [self.body.root_block.debug_str("body")]
         blocks += [block.debug_str(name) for name, block in self.body.subblocks.items()]
         return (tuple(blocks), self.box.get_dtype(), tuple(self.body.indexing_exprs))
 
-    def structure(self) -> tuple[Any, ...]:
-        """What must be equal for two pieces to be folded into one run: the ops key and the size."""
-        return (self.ops_key(), tuple(self.size))
 
-
-@dataclasses.dataclass
-class _Run:
-    """Consecutive pieces with one structure whose index expressions grow by a constant step per piece."""
-
-    pieces: list[_TracedPiece]
-    steps: dict[str, sympy.Expr]  # per indexing-expression name
-
-
-def _trace(box: Any) -> _TracedPiece:
+def _trace(box: Any, start: sympy.Expr) -> _TracedPiece:
     from torch._inductor import dependencies
     from torch._inductor.loop_body import LoopBody
 
     size = list(box.get_size())
     (loop_vars,), var_ranges = dependencies.index_vars_no_squeeze(size, prefix="q")
-    loader = box.make_loader()
-    body = LoopBody(loader, [loop_vars], var_ranges, loop_vars, [])
-    return _TracedPiece(box, size, body, loop_vars)
+    body = LoopBody(box.make_loader(), [loop_vars], var_ranges, loop_vars, [])
+    return _TracedPiece(box, start, size, body, loop_vars)
 
 
-def _extend(run: _Run, piece: _TracedPiece) -> bool:
-    """Add ``piece`` to ``run`` if it has the run's structure and keeps every index an arithmetic progression."""
-    first = run.pieces[0]
-    if piece.structure() != first.structure():
-        return False
-    steps = {}
-    for name in first.body.indexing_exprs:
-        exprs = [p.body.indexing_exprs[name] for p in run.pieces] + [piece.body.indexing_exprs[name]]
-        step = index_math.constant_step(exprs, first.loop_vars)
-        if step is None:
+@dataclasses.dataclass
+class _Progression:
+    """Pieces with one body and size whose output offsets and index expressions all grow by a constant step
+    from one member to the next: ``member m`` = first member shifted by ``m * step``."""
+
+    pieces: list[_TracedPiece]
+    start_step: sympy.Expr  # along the cat dimension; the piece size when the members are contiguous
+    steps: dict[str, sympy.Expr]  # per indexing-expression name
+
+    def try_add(self, piece: _TracedPiece) -> bool:
+        first = self.pieces[0]
+        if piece.ops_key != first.ops_key or piece.size != first.size:
             return False
-        steps[name] = step
-    run.pieces.append(piece)
-    run.steps = steps
-    return True
+        start_step = index_math.constant_step([p.start for p in self.pieces] + [piece.start], ())
+        if start_step is None:
+            return False
+        steps = {}
+        for name in first.body.indexing_exprs:
+            exprs = [p.body.indexing_exprs[name] for p in self.pieces] + [piece.body.indexing_exprs[name]]
+            steps[name] = index_math.constant_step(exprs, first.loop_vars)
+            if steps[name] is None:
+                return False
+        self.pieces.append(piece)
+        self.start_step, self.steps = start_step, steps
+        return True
 
 
-def _split_into_runs(pieces: Sequence[_TracedPiece]) -> list[_Run]:
-    runs: list[_Run] = []
+def _progressions(pieces: Sequence[_TracedPiece], dim: int) -> list[_Progression]:
+    """Each piece joins the first progression it extends, else starts one (so alternating ops give two)."""
+    progressions: list[_Progression] = []
     for piece in pieces:
-        if not runs or not _extend(runs[-1], piece):
-            runs.append(_Run([piece], {name: sympy.Integer(0) for name in piece.body.indexing_exprs}))
-    return runs
+        if not any(p.try_add(piece) for p in progressions):
+            zeros = {name: sympy.Integer(0) for name in piece.body.indexing_exprs}
+            progressions.append(_Progression([piece], piece.size[dim], zeros))
+    return progressions
 
 
 def _replay(body: Any, indexing: dict[str, sympy.Expr]) -> Any:
@@ -108,43 +110,76 @@ def _replay(body: Any, indexing: dict[str, sympy.Expr]) -> Any:
 
 @dataclasses.dataclass
 class _Fold:
-    """One Pointwise-to-be: ``template``'s body over ``[start, start + size[dim])`` of the cat dimension, with
-    index expressions ``exprs`` in the output variables (``out_vars[dim]`` counted from ``start``)."""
+    """One Pointwise-to-be: ``template``'s body with index expressions ``exprs`` over ``ranges`` (variables
+    ``out_vars``), writing the output elements at ``offset + sum(var * stride)`` (in output elements)."""
 
     template: _TracedPiece
-    start: sympy.Expr
-    size: list[sympy.Expr]
+    ranges: list[sympy.Expr]
+    out_vars: list[sympy.Symbol]
     exprs: dict[str, sympy.Expr]
+    stride: list[sympy.Expr]
+    offset: sympy.Expr
 
-    def global_exprs(self, out_var: sympy.Symbol) -> dict[str, sympy.Expr] | None:
-        """The expressions with the cat dimension counted from the cat's start; None unless affine."""
-        shifted = {name: sympy.expand(e.xreplace({out_var: out_var - self.start})) for name, e in self.exprs.items()}
+    def pointwise(self) -> Any:
+        """ONE Pointwise that replays the template body with the folded index expressions."""
+        from torch._inductor import ir
+        from torch._inductor.utils import sympy_subs
+
+        def inner_fn(index: Sequence[sympy.Expr]) -> Any:
+            replacements = dict(zip(self.out_vars, index))
+            return _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
+
+        box = self.template.box
+        return ir.Pointwise.create(device=box.get_device(), dtype=box.get_dtype(), inner_fn=inner_fn, ranges=self.ranges)
+
+    def affine_map(self, out_var: sympy.Symbol, start: sympy.Expr) -> dict[str, sympy.Expr] | None:
+        """The expressions with ``out_var`` counted from the cat's start instead of ``start``; None unless affine."""
+        shifted = {name: sympy.expand(e.xreplace({out_var: out_var - start})) for name, e in self.exprs.items()}
         if any(e.has(FloorDiv, ModularIndexing) for e in shifted.values()):
             return None
         return shifted
 
 
-def _fold_run(run: _Run, dim: int, start: sympy.Expr, out_vars: list[sympy.Symbol]) -> _Fold:
-    """The run's index expressions folded over its pieces (:func:`index_math.fold_pieces`)."""
+def _out_vars(rank: int) -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"optimus_o{i}", integer=True, nonnegative=True) for i in range(rank)]
+
+
+def _fold_contiguous(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) -> _Fold:
+    """Members side by side: one range along the cat dim, piece = FloorDiv, offset in piece = ModularIndexing."""
     from torch._inductor.virtualized import V
 
-    first = run.pieces[0]
-    size = list(first.size)
-    size[dim] = first.size[dim] * len(run.pieces)
-    ranges = dict(zip(out_vars, size))
+    first = prog.pieces[0]
+    ranges = list(first.size)
+    ranges[dim] = first.size[dim] * len(prog.pieces)
+    out_vars = _out_vars(len(ranges))
     others = {v: o for i, (v, o) in enumerate(zip(first.loop_vars, out_vars)) if i != dim}
     exprs = {
         name: V.graph.sizevars.simplify_with_ranges(
-            index_math.fold_pieces(expr, first.loop_vars[dim], first.size[dim], run.steps[name], out_vars[dim], others),
-            ranges,
+            index_math.fold_pieces(expr, first.loop_vars[dim], first.size[dim], prog.steps[name], out_vars[dim], others),
+            dict(zip(out_vars, ranges)),
         )
         for name, expr in first.body.indexing_exprs.items()
     }
-    return _Fold(first, start, size, exprs)
+    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim])
 
 
-def _merge_affine(folds: list[_Fold], dim: int, out_vars: list[sympy.Symbol]) -> list[_Fold]:
-    """Join neighbours with one body whose index maps are the same affine map of the cat coordinate.
+def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) -> _Fold:
+    """Members at a stride: an extra loop over the members in front of the cat dim, index grows by step each."""
+    first = prog.pieces[0]
+    ranges = [*first.size[:dim], sympy.Integer(len(prog.pieces)), *first.size[dim:]]
+    out_vars = _out_vars(len(ranges))
+    member, piece_vars = out_vars[dim], out_vars[:dim] + out_vars[dim + 1 :]
+    replacements = dict(zip(first.loop_vars, piece_vars))
+    exprs = {
+        name: expr.xreplace(replacements) + prog.steps[name] * member
+        for name, expr in first.body.indexing_exprs.items()
+    }
+    stride = [*out_stride[:dim], prog.start_step * out_stride[dim], *out_stride[dim:]]
+    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim])
+
+
+def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
+    """Join contiguous neighbours with one body whose index maps are the same affine map of the cat coordinate.
 
     E.g. ``split(x, [16, 16, 32])`` → relu → cat in order: runs of sizes 16+16 and 32 both read ``x`` at the
     output position, so they are one Pointwise ``relu(x)``.
@@ -152,29 +187,41 @@ def _merge_affine(folds: list[_Fold], dim: int, out_vars: list[sympy.Symbol]) ->
     merged = [folds[0]]
     for fold in folds[1:]:
         last = merged[-1]
-        same_map = last.global_exprs(out_vars[dim]) is not None and (
-            last.global_exprs(out_vars[dim]) == fold.global_exprs(out_vars[dim])
-        )
-        if same_map and last.template.ops_key() == fold.template.ops_key():
-            size = list(last.size)
-            size[dim] = last.size[dim] + fold.size[dim]
-            merged[-1] = _Fold(last.template, last.start, size, last.exprs)
-        else:
-            merged.append(fold)
+        contiguous = len(last.ranges) == len(fold.ranges) == len(last.stride) and last.stride == fold.stride
+        if contiguous and last.template.ops_key == fold.template.ops_key:
+            var = last.out_vars[dim]
+            last_map = last.affine_map(var, last.template.start)
+            if last_map is not None and last_map == fold.affine_map(var, fold.template.start):
+                ranges = list(last.ranges)
+                ranges[dim] = last.ranges[dim] + fold.ranges[dim]
+                merged[-1] = dataclasses.replace(last, ranges=ranges)
+                continue
+        merged.append(fold)
     return merged
 
 
-def _pointwise(fold: _Fold, out_vars: list[sympy.Symbol]) -> Any:
-    """ONE Pointwise that replays the template body with the folded index expressions."""
+def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr]) -> Any:
+    """A ConcatKernel output of ``size`` whose every fold is realized into its (possibly strided) view.
+
+    ``ConcatKernel.create`` only places inputs side by side; strided members need their own views, so this is
+    its construction with ``ReinterpretView``s of our choosing.
+    """
     from torch._inductor import ir
-    from torch._inductor.utils import sympy_subs
+    from torch._inductor.virtualized import V
 
-    def inner_fn(index: Sequence[sympy.Expr]) -> Any:
-        replacements = dict(zip(out_vars, index))
-        return _replay(fold.template.body, {name: sympy_subs(e, replacements) for name, e in fold.exprs.items()})
-
-    box = fold.template.box
-    return ir.Pointwise.create(device=box.get_device(), dtype=box.get_dtype(), inner_fn=inner_fn, ranges=fold.size)
+    box = folds[0].template.box
+    device, dtype = box.get_device(), box.get_dtype()
+    concat = ir.ConcatKernel(name=None, layout=ir.FixedLayout(device, dtype, size, stride), inputs=[])
+    storage = ir.StorageBox(concat)
+    for fold in folds:
+        view = ir.ReinterpretView(
+            data=storage, layout=ir.FixedLayout(device, dtype, fold.ranges, fold.stride, fold.offset)
+        )
+        concat.inputs.append(ir.ConcatKernel.realize_into(fold.pointwise(), view))
+    concat.name = V.graph.register_buffer(concat)
+    concat.inputs = ir.ConcatKernel.unwrap_storage(concat.inputs)
+    V.graph.register_operation(concat)
+    return storage
 
 
 def _check_consumers(fx_cat: Any) -> None:
@@ -232,12 +279,14 @@ class SplitCatToPointwise(LoweringRule):
 
         cat = Pointwise(relu(load(x, 4096*o0 + ModularIndexing(o1, 1, 64) - 64*FloorDiv(o1, 64) + 4032)))
 
-    Pieces are traced to LoopBodies and cut into runs: consecutive pieces with equal ops, buffers, sizes and
-    dtype whose index expressions grow by a constant per piece (:func:`index_math.constant_step`). A run becomes
-    one Pointwise whose index is folded over the run (:func:`index_math.fold_pieces`); one run is the whole cat
-    (unrealized, so its consumers fuse with it). Several runs (different ops per piece) are realized into their
-    slices of one ConcatKernel output and recorded in :data:`PIECE_GROUPS`, so that the scheduler puts them in one
-    kernel that dispatches per piece at block level.
+    Pieces are traced to LoopBodies and grouped into progressions: pieces with equal ops, buffers, sizes and dtype
+    whose output offsets and index expressions grow by one constant each from member to member
+    (:func:`index_math.constant_step`). Contiguous members fold into one range (:func:`index_math.fold_pieces`);
+    members at a stride (e.g. ``[tanh, sigmoid, tanh, sigmoid, ...]``: two progressions) get an extra loop over
+    the members. If one progression covers the cat, the result is that one Pointwise, unrealized, so consumers fuse
+    with it. Otherwise each progression is realized into its (strided) view of one output and the group is recorded
+    in :data:`PIECE_GROUPS`: the scheduler puts it in one kernel that dispatches per progression at block level,
+    so code size grows with the number of distinct bodies, not pieces.
     """
 
     name = "SplitCatToPointwise"
@@ -255,23 +304,32 @@ class SplitCatToPointwise(LoweringRule):
         _check_consumers(V.graph.current_node)
         _check_inputs(inputs, dim)
         dtype = get_promoted_dtype(*inputs, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
-        pieces = [_trace(to_dtype(x, dtype)) for x in _nonempty(inputs, dim)]
-        if len(pieces) < 2:
+        inputs = _nonempty(inputs, dim)
+        if len(inputs) < 2:
             raise Reject("fewer than two non-empty inputs")
-        runs = _split_into_runs(pieces)
-        out_vars = [sympy.Symbol(f"optimus_o{i}", integer=True, nonnegative=True) for i in range(len(pieces[0].size))]
-        starts = index_math.piece_starts([run.pieces[0].size[dim] * len(run.pieces) for run in runs])
-        folds = _merge_affine([_fold_run(r, dim, s, out_vars) for r, s in zip(runs, starts)], dim, out_vars)
+        starts = index_math.piece_starts([x.get_size()[dim] for x in inputs])
+        pieces = [_trace(to_dtype(x, dtype), start) for x, start in zip(inputs, starts)]
+        size = list(pieces[0].size)
+        size[dim] = sum(p.size[dim] for p in pieces)
+        stride = ir.FlexibleLayout.contiguous_strides(size)
+        progressions = _progressions(pieces, dim)
+        folds = _merge_affine(
+            [
+                _fold_contiguous(p, dim, stride) if p.start_step == p.pieces[0].size[dim] else _fold_strided(p, dim, stride)
+                for p in progressions
+            ],
+            dim,
+        )
         summary = (
-            f"{len(pieces)} pieces → {len(runs)} run(s) of {[len(r.pieces) for r in runs]} along dim {dim}"
-            f" → {len(folds)} Pointwise"
+            f"{len(pieces)} pieces along dim {dim} → {len(progressions)} progression(s) of "
+            f"{[len(p.pieces) for p in progressions]} → {len(folds)} Pointwise"
         )
         if len(folds) == 1:
-            return _pointwise(folds[0], out_vars), f"{summary}, index {_describe(folds[0].exprs)}"
-        concat = ir.ConcatKernel.create([_pointwise(fold, out_vars) for fold in folds], dim)
-        group = tuple(buf.get_name() for buf in concat.data.inputs)
+            return folds[0].pointwise(), f"{summary}, index {_describe(folds[0].exprs)}"
+        storage = _write_into_views(folds, size, stride)
+        group = tuple(buf.get_name() for buf in storage.data.inputs)
         PIECE_GROUPS.setdefault(V.graph, []).append(group)
-        return ir.TensorBox(concat), f"{summary} into one output, one kernel group {list(group)}"
+        return ir.TensorBox(storage), f"{summary} written into one output, one kernel group {list(group)}"
 
 
 def _describe(folded: dict[str, sympy.Expr]) -> str:

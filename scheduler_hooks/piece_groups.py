@@ -1,4 +1,4 @@
-"""Scheduler-time merge of the per-run kernels of one cat into one kernel with block-level dispatch."""
+"""Scheduler-time merge of the per-progression kernels of one cat into one kernel with block-level dispatch."""
 
 from __future__ import annotations
 
@@ -9,21 +9,20 @@ from optimus_ir.registry import SchedulerRule, record, register
 
 @register
 class PieceGroupToComboKernel(SchedulerRule):
-    """The runs of one rewritten cat (see ``SplitCatToPointwise``) → one kernel that dispatches per run by block.
+    """The progressions of one rewritten cat (see ``SplitCatToPointwise``) → one kernel, dispatching by block.
 
-    Before (after Inductor's fusion; e.g. ``cat([relu(a0), sigmoid(a1), relu(a2), ...])``, runs alternate)::
+    Before (after Inductor's fusion; ``cat([tanh(x0), sigmoid(x1), tanh(x2), sigmoid(x3), ...])``)::
 
-        SchedulerNode(buf1: relu, writes cat[:, 0:64])      # one kernel per run
-        SchedulerNode(buf2: sigmoid, writes cat[:, 64:128])
-        ...
+        SchedulerNode(buf0: tanh of the even pieces, writes cat viewed as [B, N/2, 64] at offset 0)
+        SchedulerNode(buf1: sigmoid of the odd pieces, writes cat viewed as [B, N/2, 64] at offset 64)
 
     After::
 
-        ForeachKernelSchedulerNode([buf1, buf2, ...])       # one kernel: `if pid < n0: relu ... elif pid < n1: ...`
+        ForeachKernelSchedulerNode([buf0, buf1])      # one kernel: `if pid < n0: tanh ... elif pid < n1: sigmoid ...`
 
-    Each branch is chosen once per block, so per-element work does not depend on the number of runs. Runs that
-    Inductor fused with a neighbour, or that depend on each other, are left out of the group (each decision in
-    the dump); a group of fewer than two nodes is left alone.
+    Each branch is chosen once per block, so per-element work does not depend on the number of progressions.
+    Members that Inductor fused with a neighbour, or that depend on each other, are left out of the group (each
+    decision in the dump); a group of fewer than two nodes is left alone.
     """
 
     name = "PieceGroupToComboKernel"
@@ -68,5 +67,5 @@ class PieceGroupToComboKernel(SchedulerRule):
             scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
             kept = sorted([n for n in nodes if n not in members] + [merged], key=lambda n: n.min_order)
             nodes = scheduler.topological_sort_schedule(kept)
-            record(self.name, True, [m.get_name() for m in members], f"{len(members)} run kernels → one kernel")
+            record(self.name, True, [m.get_name() for m in members], f"{len(members)} kernels → one kernel")
         return nodes

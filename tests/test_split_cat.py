@@ -53,7 +53,7 @@ def test_cat_of_kernel_outputs_is_left_to_stock():
 def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
     from optimus_ir.lowering import split_cat
 
-    def broken(box):
+    def broken(*args):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(split_cat, "_trace", broken)
@@ -138,7 +138,7 @@ def test_records_name_rule_and_nodes():
     report = compile_report(fn, (torch.randn(4, 80),))
     (decision,) = _decisions(report)
     assert decision.fired and decision.nodes == ("cat",)
-    assert "10 pieces → 1 run(s) of [10]" in decision.detail
+    assert "10 pieces along dim 1 → 1 progression(s) of [10] → 1 Pointwise" in decision.detail
     assert str(decision).startswith("FIRED    SplitCatToPointwise on cat:")
 
 
