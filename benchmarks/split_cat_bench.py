@@ -39,11 +39,24 @@ def split_mixed_cat(x: torch.Tensor, pieces: int = 64) -> torch.Tensor:
     return torch.cat([ops[i % 2](p) for i, p in enumerate(x.chunk(pieces, dim=1))], dim=1)
 
 
+_CHAIN_OPS = (torch.relu, torch.tanh, torch.sigmoid, torch.nn.functional.silu, torch.abs, torch.neg, torch.exp,
+              torch.nn.functional.gelu, torch.sin, torch.cos, torch.square, torch.nn.functional.softplus,
+              torch.erf, torch.atan, torch.expm1, torch.log1p)
+
+
+def split16_chain12(x: torch.Tensor) -> torch.Tensor:
+    """12 layers of: split into 16 → a different pointwise op per piece → cat → scale (the vertical issue's case)."""
+    for _ in range(12):
+        x = torch.cat([op(p) for op, p in zip(_CHAIN_OPS, x.chunk(16, dim=1))], dim=1) * 0.5
+    return x
+
+
 WORKLOADS = [
     ("split64_relu_cat_reversed[64x4096,fp32]", split_relu_cat_reversed, (64, 4096), torch.float32),
     ("split64_relu_cat_reversed[8192x4096,fp32]", split_relu_cat_reversed, (8192, 4096), torch.float32),
     ("split64_relu_cat_reversed[8192x4096,bf16]", split_relu_cat_reversed, (8192, 4096), torch.bfloat16),
     ("split64_tanh_sigmoid_cat[8192x4096,fp32]", split_mixed_cat, (8192, 4096), torch.float32),
+    ("split16_chain12[1024x1024,fp32]", split16_chain12, (1024, 1024), torch.float32),
 ]
 
 

@@ -2,23 +2,28 @@
 
 :func:`cpu_triton_interpreter` lets a machine without a GPU (CI) check the numerics of the Triton code that Inductor
 generates: inside it, ``torch.compile`` on CPU tensors emits Triton kernels (``cpu_backend="triton"``) and runs them
-with ``TRITON_INTERPRET=1``, where Triton executes every program of the launch grid in numpy.
+with ``TRITON_INTERPRET=1``, where Triton executes every program of the launch grid in numpy. Inductor only needs a
+Triton driver to hash kernels; without a GPU a stand-in reports an sm_90 CUDA target.
 
-Stock Triton 3.6 cannot run all of Inductor's kernels that way; while a kernel runs, this module adds what is missing
-to the language patches that the interpreter installs (see ``_patch_lang``):
+Stock Triton 3.6 cannot run all of Inductor's kernels that way, or not exactly. While a kernel runs, this module adds
+to the language patches that the interpreter installs for it (``triton.runtime.interpreter._patch_lang``):
 
 * ``libdevice`` functions. ``triton.language.extra.libdevice`` holds stubs that only the compiler dispatches to a
   backend, and the interpreter's ``create_extern_elementwise`` raises. Each supported stub is replaced by the CUDA
   backend's implementation (so argument checks, broadcasting and result dtypes are Triton's own), and the builder's
   extern call evaluates a numpy reference of the function (:data:`INTERPRETER_LIBDEVICE`).
-* ``@triton.jit`` functions created before ``TRITON_INTERPRET`` was set (``tl.sum``, ``tl.max`` and Inductor's
-  ``triton_helpers`` are decorated when their modules are imported) are ``JITFunction``\\s that refuse to be called;
-  they are run as interpreted functions.
+* ``@triton.jit`` functions created before ``TRITON_INTERPRET`` was set (``tl.sum``, ``tl.zeros`` and Inductor's
+  ``triton_helpers`` are decorated when their modules are imported) are ``JITFunction`` objects that refuse to be
+  called; they are called as interpreted functions.
 * ``tl.reduce`` with a custom combine function (``triton_helpers.max2``, ``max_with_index``, ``welford``, ...) falls
-  back to one Python call per element; it is replaced by a tree reduction that calls the combine function
-  ``log2(n)`` times on whole blocks.
+  back to one Python call per element (about a minute for one 37 x 129 argmax); it is replaced by a tree reduction
+  that calls the combine function ``log2(n)`` times on whole blocks.
+* Casts from and to bfloat16: the interpreter truncates fp32 -> bf16 where compiled Triton rounds to nearest even.
 * ``range(0, r0_numel, R0_BLOCK)`` in looped reductions converts a one-element array with ``int()``, which numpy >=
   2.4 rejects; the conversion goes through ``ndarray.item()``.
+
+For the duration of the context, jitted functions are rewritten with ``not x`` evaluated elementwise on blocks, as
+the compiler does (see :func:`_ast_transformer`), and numpy's floating-point warnings are off during launches.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
-import functools
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -34,7 +38,15 @@ from unittest import mock
 
 import numpy as np
 import torch
-
+import triton
+import triton.language as tl
+import triton.language.extra.cuda.libdevice as cuda_libdevice
+from torch.utils._triton import triton_backend, triton_hash_with_backend
+from triton.backends.compiler import GPUTarget
+from triton.language.extra import libdevice
+from triton.runtime import interpreter
+from triton.runtime.driver import driver
+from triton.runtime.jit import JITFunction
 
 __all__ = ["INTERPRETER_LIBDEVICE", "cpu_triton_interpreter"]
 
@@ -52,10 +64,10 @@ def _ilogb(x: np.ndarray) -> np.ndarray:
 
 
 # numpy references for the libdevice functions that Inductor emits (``libdevice.<name>`` in
-# torch/_inductor/codegen/triton.py and runtime/triton_helpers.py, less the ROCm-only ``fast_tanhf``), plus ``sqrt``
-# and ``rint``. Arguments arrive with the dtypes of the CUDA dispatch table (fp32/fp64, int32 exponents); results are
-# cast to the table's return dtype, so e.g. ``isnan`` yields int32 as in libdevice. An fp32 function computes in fp32
-# except where noted.
+# torch/_inductor/codegen/triton.py and runtime/triton_helpers.py, less the ROCm-only ``fast_tanhf``), plus ``log``,
+# ``sqrt`` and ``rint``. Arguments arrive with the dtypes of the CUDA dispatch table (fp32/fp64, int32 exponents);
+# results are cast to the table's return dtype, so e.g. ``isnan`` yields int32 as in libdevice. An fp32 function
+# computes in fp32 except where noted.
 _LIBDEVICE_IMPLS: dict[str, Callable[..., np.ndarray]] = {
     "acos": np.arccos,
     "acosh": np.arccosh,
@@ -121,27 +133,22 @@ _libdevice_impl: contextvars.ContextVar[Callable[..., np.ndarray]] = contextvars
 
 def _create_extern_elementwise(self, lib_name, lib_path, symbol, args, ret_type, is_pure):
     """``InterpreterBuilder.create_extern_elementwise`` for the libdevice functions of :func:`_libdevice_functions`."""
-    from triton.runtime.interpreter import _get_np_dtype, TensorHandle
-
     impl = _libdevice_impl.get(None)
     if impl is None:
         raise NotImplementedError(f"extern function {symbol} is not supported in interpreter mode")
-    result = np.asarray(impl(*(arg.data for arg in args))).astype(_get_np_dtype(ret_type))
-    return TensorHandle(result, ret_type.scalar)
+    result = np.asarray(impl(*(arg.data for arg in args))).astype(interpreter._get_np_dtype(ret_type))
+    return interpreter.TensorHandle(result, ret_type.scalar)
 
 
 def _libdevice_functions() -> dict[str, Callable[..., object]]:
     """Interpreter versions of the supported libdevice functions: the CUDA backend's dispatching wrappers, run with
     the interpreter's semantic while :data:`_libdevice_impl` names the numpy reference for the extern call."""
-    import triton.language.extra.cuda.libdevice as cuda_libdevice
-    from triton.runtime.interpreter import interpreter_semantic
-
     def bind(name: str) -> Callable[..., object]:
         fn = getattr(cuda_libdevice, name)
         impl = _LIBDEVICE_IMPLS[name]
 
         def call(*args, **kwargs):
-            kwargs["_semantic"] = interpreter_semantic
+            kwargs["_semantic"] = interpreter.interpreter_semantic
             token = _libdevice_impl.set(impl)
             try:
                 return fn(*args, **kwargs)
@@ -153,37 +160,35 @@ def _libdevice_functions() -> dict[str, Callable[..., object]]:
     return {name: bind(name) for name in _LIBDEVICE_IMPLS}
 
 
-def _cast_impl(self, src, dst_type, *, cast_impl):
-    """``InterpreterBuilder.cast_impl`` with exact bfloat16 conversions (``cast_impl`` is the original). The
-    interpreter truncates fp32 -> bf16 where compiled Triton rounds to nearest even, and casts the stored uint16 bits
-    numerically in other conversions from or to bf16; those between bf16 and floats or signed integers go through
-    torch here."""
-    import triton.language as tl
-    from triton.runtime.interpreter import _get_np_dtype, TensorHandle
+_stock_cast_impl = interpreter.InterpreterBuilder.cast_impl
 
+
+def _cast_impl(self, src, dst_type):
+    """``InterpreterBuilder.cast_impl`` with exact bfloat16 conversions. The interpreter truncates fp32 -> bf16 where
+    compiled Triton rounds to nearest even, and casts the stored uint16 bits numerically in other conversions from or
+    to bf16; those between bf16 and floats or signed integers go through torch here."""
     src_type, dst_scalar = src.dtype.scalar, dst_type.scalar
     other = dst_scalar if src_type == tl.bfloat16 else src_type
     if tl.bfloat16 not in (src_type, dst_scalar) or other == tl.bfloat16 or not (
         other.is_floating() or other.is_int_signed()
     ):
-        return cast_impl(self, src, dst_type)
+        return _stock_cast_impl(self, src, dst_type)
     data = torch.from_numpy(src.data)
     if dst_scalar == tl.bfloat16:
         result = data.to(torch.bfloat16).view(torch.uint16).numpy()
     else:  # bf16 -> fp32 is exact; numpy casts on from there
-        result = data.view(torch.bfloat16).float().numpy().astype(_get_np_dtype(dst_scalar))
-    return TensorHandle(result, dst_scalar)
+        result = data.view(torch.bfloat16).float().numpy().astype(interpreter._get_np_dtype(dst_scalar))
+    return interpreter.TensorHandle(result, dst_scalar)
 
 
 def _call_jit_function(self, *args, **kwargs):
     """``JITFunction.__call__`` while a kernel is interpreted: call the function as Triton would have had it been
     decorated under ``TRITON_INTERPRET=1``."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return InterpretedFunction(self.fn)(*args, **kwargs)
+    return interpreter.InterpretedFunction(self.fn)(*args, **kwargs)
 
 
 def _slice_axis(array: np.ndarray, axis: int, start: int, stop: int, step: int = 1) -> np.ndarray:
+    """``array[..., start:stop:step, ...]`` with the slice on ``axis``."""
     index = [slice(None)] * array.ndim
     index[axis] = slice(start, stop, step)
     return array[tuple(index)]
@@ -193,18 +198,15 @@ def _tree_reduce(self, input):
     """Vectorised ``ReduceOps.generic_reduce``: combines adjacent pairs of whole slices until one is left, instead of
     calling ``combine_fn`` once per element. Exact for the associative combine functions that ``tl.reduce`` requires
     (the order of combination is a tree, as on a GPU)."""
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-
     original_axis = self.axis
     input, axis = self.unravel(input, self.axis)
     dtypes = [arg.dtype for arg in input]
     data = [arg.handle.data for arg in input]
     while (n := data[0].shape[axis]) > 1:
         paired = 2 * (n // 2)
-        lhs = [self.to_tensor(_slice_axis(d, axis, 0, paired, 2), dtype) for d, dtype in zip(data, dtypes)]
-        rhs = [self.to_tensor(_slice_axis(d, axis, 1, paired, 2), dtype) for d, dtype in zip(data, dtypes)]
-        combined = InterpretedFunction(self.combine_fn.fn)(*lhs, *rhs)
+        lhs = [self.to_tensor(_slice_axis(d, axis, 0, paired, 2), dtype) for d, dtype in zip(data, dtypes, strict=True)]
+        rhs = [self.to_tensor(_slice_axis(d, axis, 1, paired, 2), dtype) for d, dtype in zip(data, dtypes, strict=True)]
+        combined = interpreter.InterpretedFunction(self.combine_fn.fn)(*lhs, *rhs)
         combined = combined if isinstance(combined, tuple) else (combined,)
         shape = lhs[0].handle.data.shape
         data = [
@@ -215,10 +217,10 @@ def _tree_reduce(self, input):
                 ],
                 axis=axis,
             )
-            for c, d in zip(combined, data)
+            for c, d in zip(combined, data, strict=True)
         ]
     results = []
-    for d, dtype in zip(data, dtypes):
+    for d, dtype in zip(data, dtypes, strict=True):
         if original_axis is None:
             d = d.reshape(1) if self.keep_dims else d.item()
         elif not self.keep_dims:
@@ -229,8 +231,6 @@ def _tree_reduce(self, input):
 
 def _logical_not(value):
     """``not value`` as compiled Triton evaluates it: elementwise on tensors."""
-    import triton.language as tl
-
     return value.__not__() if isinstance(value, tl.tensor) else not value
 
 
@@ -238,9 +238,8 @@ def _ast_transformer():
     """The interpreter's AST rewriting of jitted functions, plus ``not x`` -> ``_logical_not(x)``. Without it Python
     evaluates ``not`` on a block as the negation of its truthiness, False for any block of several elements
     (``triton_helpers.maximum_with_index`` then loses NaNs: argmax/argmin of rows holding NaN go wrong)."""
-    from triton.runtime.interpreter import ASTTransformer
 
-    class Transformer(ASTTransformer):
+    class Transformer(interpreter.ASTTransformer):
         def visit_Assign(self, node):
             node.value = self.visit(node.value)  # the base class rewrites the value without visiting it
             return super().visit_Assign(node)
@@ -266,15 +265,8 @@ def _ast_transformer():
 def _interpreter_patches() -> Iterator[None]:
     """Extends the interpreter's per-kernel language patches (``_patch_lang``) with the additions described in the
     module docstring. They are installed for each kernel launch and undone with the interpreter's own."""
-    import triton.language as tl
-    import triton.language.extra.libdevice as libdevice
-    from triton.runtime import interpreter
-    from triton.runtime.jit import JITFunction
-
     original_patch_lang = interpreter._patch_lang
-    cast_impl = interpreter.InterpreterBuilder.cast_impl
     functions = _libdevice_functions()
-
     launch = interpreter.GridExecutor.__call__
 
     def quiet_launch(self, *args, **kwargs):
@@ -287,7 +279,7 @@ def _interpreter_patches() -> Iterator[None]:
         for name, function in functions.items():
             scope.set_attr(libdevice, name, function)
         scope.set_attr(interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise)
-        scope.set_attr(interpreter.InterpreterBuilder, "cast_impl", functools.partialmethod(_cast_impl, cast_impl=cast_impl))
+        scope.set_attr(interpreter.InterpreterBuilder, "cast_impl", _cast_impl)
         scope.set_attr(JITFunction, "__call__", _call_jit_function)
         scope.set_attr(interpreter.ReduceOps, "generic_reduce", _tree_reduce)
         scope.set_attr(tl.tensor, "__index__", lambda self: int(self.handle.data.item()))
@@ -308,26 +300,23 @@ class _InterpreterDriver:
     the target only to hash kernels; the interpreter itself needs no driver."""
 
     def get_current_target(self):
-        from triton.backends.compiler import GPUTarget
-
         return GPUTarget("cuda", 90, 32)
+
+
+def _has_active_driver() -> bool:
+    try:
+        return driver.active is not None
+    except RuntimeError:  # "0 active drivers": no GPU
+        return False
 
 
 @contextlib.contextmanager
 def _driver_for_codegen() -> Iterator[None]:
     """Makes ``triton.runtime.driver.active`` usable: keeps a working driver, or installs :class:`_InterpreterDriver`
     where there is none (and forgets the backend hash derived from it on exit)."""
-    from triton.runtime.driver import driver
-
-    try:
-        driver.active
-    except RuntimeError:  # "0 active drivers": no GPU
-        pass
-    else:
+    if _has_active_driver():
         yield
         return
-    from torch.utils._triton import triton_backend, triton_hash_with_backend
-
     try:
         with mock.patch.object(driver, "_active", _InterpreterDriver()):
             yield
@@ -349,7 +338,6 @@ def cpu_triton_interpreter() -> Iterator[None]:
     import torch._dynamo
     import torch._functorch.config
     import torch._inductor.config
-    import triton
 
     torch._dynamo.reset()
     try:

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from torch._inductor.runtime import triton_helpers
 from torch._inductor.utils import run_and_get_code
 from triton.language.extra import libdevice
 from triton.runtime import interpreter
 
-from optimus_ir.interpret import cpu_triton_interpreter, INTERPRETER_LIBDEVICE
-
+from optimus_ir.interpret import INTERPRETER_LIBDEVICE, cpu_triton_interpreter
 
 PERSISTENT = (37, 129)  # not powers of two: masks on both axes; rows fit in one block
 LOOPED = (7, 5000)  # rows longer than a block: looped reductions
@@ -147,6 +147,33 @@ def test_argmax_argmin_nan():
     x = _randn(PERSISTENT)
     x[3, 7] = x[5, 100] = x[5, 3] = math.nan
     _check(lambda x: (x.max(1), x.min(1)), x, expect=("triton_helpers.max_with_index",))
+
+
+def _online_softmax_kernel(x_ptr, max_ptr, sum_ptr, rnumel, RBLOCK: tl.constexpr):
+    """Row max and sum of exp(x - max) by triton_helpers' online softmax, as Inductor emits it for CUDA and XPU."""
+    row = tl.program_id(0)
+    r = tl.arange(0, RBLOCK)[None, :]
+    acc_max = tl.full([1, RBLOCK], float("-inf"), tl.float32)
+    acc_sum = tl.zeros([1, RBLOCK], tl.float32)
+    for offset in tl.range(0, rnumel, RBLOCK):
+        mask = offset + r < rnumel
+        x = tl.load(x_ptr + row * rnumel + offset + r, mask, other=float("-inf"))
+        new_max, new_sum = triton_helpers.online_softmax_combine(acc_max, acc_sum, x, False)
+        acc_max = tl.where(mask, new_max, acc_max)
+        acc_sum = tl.where(mask, new_sum, acc_sum)
+    row_max, row_sum = triton_helpers.online_softmax_reduce(acc_max, acc_sum, 1, False)
+    tl.store(max_ptr + row + tl.arange(0, 1), row_max)
+    tl.store(sum_ptr + row + tl.arange(0, 1), row_sum)
+
+
+def test_online_softmax_helpers():
+    """Inductor emits online softmax only for CUDA/XPU (post_grad.prepare_softmax_extra_check); its helpers run here."""
+    x = _randn(LOOPED)
+    row_max, row_sum = torch.empty(LOOPED[0]), torch.empty(LOOPED[0])
+    with cpu_triton_interpreter():
+        triton.jit(_online_softmax_kernel)[(LOOPED[0],)](x, row_max, row_sum, LOOPED[1], RBLOCK=1024)
+    torch.testing.assert_close(row_max, x.amax(1))
+    torch.testing.assert_close(row_sum, (x - x.amax(1, keepdim=True)).exp().sum(1))
 
 
 @pytest.mark.parametrize("shape", [PERSISTENT, LOOPED], ids=["persistent", "looped"])
