@@ -4,8 +4,9 @@ Each cat input ("piece") is, at lowering time, an unrealized Inductor IR node: a
 reads some buffer through views (``split`` and ``chunk`` lower to ``SliceView``s). We trace every piece into a
 ``LoopBody`` (ops graph + sympy index expressions, the same form the scheduler uses), compare pieces structurally,
 and build the cat's output as ONE ``Pointwise`` whose body is a piece's body with index expressions folded over
-the pieces by :mod:`optimus_ir.index_math`. No piece buffer is materialized and per-element work does not depend on
-the number of pieces.
+the pieces by :mod:`optimus_ir.index_math` — or, when pieces have different bodies, one Pointwise per progression
+of equal pieces, written into views of one output and merged into one kernel by the scheduler. No piece buffer is
+materialized and per-element work does not depend on the number of pieces.
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ def _check_consumers(fx_cat: Any) -> None:
                              "writes it once and fuses that consumer with it")
 
 
-def _check_inputs(inputs: Sequence[Any], dim: int) -> None:
+def _check_inputs(inputs: Sequence[Any]) -> None:
     from torch._inductor import ir
 
     devices = {str(x.get_device()) for x in inputs}
@@ -302,7 +303,7 @@ class SplitCatToPointwise(LoweringRule):
             raise Reject("fewer than two inputs")
         dim = dim % len(inputs[0].get_size()) if inputs[0].get_size() else 0
         _check_consumers(V.graph.current_node)
-        _check_inputs(inputs, dim)
+        _check_inputs(inputs)
         dtype = get_promoted_dtype(*inputs, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
         inputs = _nonempty(inputs, dim)
         if len(inputs) < 2:

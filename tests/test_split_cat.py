@@ -163,3 +163,11 @@ def test_any_number_of_pieces_is_one_kernel(pieces):
     (kernel,) = report.kernels
     assert kernel.source.count("tl.load") == 1
     assert "tl.where" not in kernel.source
+
+
+def test_cat_of_reductions_is_left_to_stock():
+    # reductions are realized before cat lowers; each writes its slice of the output directly
+    def fn(x, y):
+        return torch.cat([x.sum(1, keepdim=True), y.amax(1, keepdim=True)], dim=1)
+
+    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), reason="computed by its own kernel")
