@@ -287,7 +287,8 @@ class SplitCatToPointwise(LoweringRule):
     the members. If one progression covers the cat, the result is that one Pointwise, unrealized, so consumers fuse
     with it. Otherwise each progression is realized into its (strided) view of one output and the group is recorded
     in :data:`PIECE_GROUPS`: the scheduler puts it in one kernel that dispatches per progression at block level,
-    so code size grows with the number of distinct bodies, not pieces.
+    so code size grows with the number of distinct bodies, not pieces. With few pieces
+    (``config.max_pointwise_cat_inputs``) stock Inductor's pointwise cat, fused into the consumers, is kept instead.
     """
 
     name = "SplitCatToPointwise"
@@ -295,7 +296,7 @@ class SplitCatToPointwise(LoweringRule):
     op = aten.cat.default
 
     def rewrite(self, inputs: Sequence[Any], dim: int = 0) -> tuple[Any, str]:
-        from torch._inductor import ir
+        from torch._inductor import config, ir
         from torch._inductor.lowering import ELEMENTWISE_TYPE_PROMOTION_KIND, get_promoted_dtype, to_dtype
         from torch._inductor.virtualized import V
 
@@ -327,6 +328,9 @@ class SplitCatToPointwise(LoweringRule):
         )
         if len(folds) == 1:
             return folds[0].pointwise(), f"{summary}, index {_describe(folds[0].exprs)}"
+        if len(pieces) <= config.max_pointwise_cat_inputs:
+            raise Reject(f"{summary}: stock lowers up to {config.max_pointwise_cat_inputs} pieces as one pointwise cat "
+                         "that fuses into its consumers, which beats a separate kernel")
         storage = _write_into_views(folds, size, stride)
         group = tuple(buf.get_name() for buf in storage.data.inputs)
         PIECE_GROUPS.setdefault(V.graph, []).append(group)

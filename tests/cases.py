@@ -49,8 +49,9 @@ def split_uneven_relu_cat(x):
 
 
 def split_uneven_relu_cat_reversed(x):
-    # the same pieces reversed: runs 8 | 32,32 | 16,16,16 with three different maps
-    return torch.cat([torch.relu(p) * 2 for p in reversed(x.split([16, 16, 16, 32, 32, 8], dim=1))], dim=1)
+    # more than 8 pieces of three sizes, reversed: progressions 8,8 | 32,32,32 | 16 x 5 with three different maps
+    sizes = [16] * 5 + [32] * 3 + [8] * 2
+    return torch.cat([torch.relu(p) * 2 for p in reversed(x.split(sizes, dim=1))], dim=1)
 
 
 def chunk_dim0_gelu_cat(x):
@@ -100,8 +101,8 @@ CASES = [
     Case(
         "split_uneven_relu_cat_reversed",
         split_uneven_relu_cat_reversed,
-        _randn(8, 120),
-        1,
+        _randn(8, 192),
+        10,
         1,
         ("SplitCatToPointwise", "PieceGroupToComboKernel"),
     ),

@@ -171,3 +171,12 @@ def test_cat_of_reductions_is_left_to_stock():
         return torch.cat([x.sum(1, keepdim=True), y.amax(1, keepdim=True)], dim=1)
 
     _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), reason="computed by its own kernel")
+
+
+def test_few_pieces_with_different_bodies_keep_stocks_fusable_pointwise_cat():
+    # rotate_half in rotary embeddings: stock fuses cat(-x2, x1) into q*cos + rotate_half(q)*sin
+    def fn(q, cos, sin):
+        x1, x2 = q.chunk(2, dim=-1)
+        return q * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    _assert_stock(fn, torch.randn(2, 4, 16, 32), torch.randn(16, 32), torch.randn(16, 32), reason="fuses into its consumers")
