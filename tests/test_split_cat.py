@@ -89,9 +89,10 @@ def _check_in_interpreter(fn, *inputs, fired: bool, dynamic: bool = False):
 
 def test_mixed_dtypes_are_promoted_as_torch_does():
     def fn(x, y):
-        return torch.cat([torch.relu(x[:, :8]), torch.relu(y[:, :8]), torch.relu(x[:, 8:])], dim=1)
+        # 10 pieces: 5 of float32 x, then 5 of bfloat16 y; the cat is float32
+        return torch.cat([torch.relu(p) for p in x.split(8, dim=1) + y.split(8, dim=1)], dim=1)
 
-    _check_in_interpreter(fn, torch.randn(4, 24), torch.randn(4, 24).to(torch.bfloat16), fired=True)
+    _check_in_interpreter(fn, torch.randn(4, 40), torch.randn(4, 40).to(torch.bfloat16), fired=True)
 
 
 def test_empty_pieces_are_dropped():
