@@ -10,4 +10,5 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__, t
 status=0
 python3 benchmarks/gpu_check.py --out "$out" || status=1
 python3 benchmarks/split_cat_bench.py --out "$out" || status=1
+python3 benchmarks/real_models.py --out "$out" || status=1
 exit $status
