@@ -76,3 +76,24 @@ def test_cli_demo_counts():
     out = _cli("demo", "--counts-only")
     assert out.count("--- optimus_ir: 1 kernel launches") == 2
     assert "--- stock Inductor: 64 kernel launches" in out
+
+
+def test_environment_variable_alone_turns_64_kernels_into_1(tmp_path):
+    """A user program with no optimus_ir code: OPTIMUS_IR=1 and the dump show 64 → 1, outputs equal eager."""
+    program = tmp_path / "user_program.py"
+    program.write_text(
+        "import torch\n"
+        "from optimus_ir.interpret import cpu_triton_interpreter  # only to run Triton kernels on this CPU\n"
+        "def f(x):\n"
+        "    return torch.cat([torch.relu(p) for p in reversed(x.split(64, dim=1))], dim=1)\n"
+        "x = torch.randn(64, 4096)\n"
+        "with cpu_triton_interpreter():\n"
+        "    out = torch.compile(f)(x)\n"
+        "torch.testing.assert_close(out, f(x), rtol=0, atol=0)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
+    environ.update(OPTIMUS_IR="1", OPTIMUS_IR_DUMP=str(tmp_path / "dump"))
+    result = subprocess.run([sys.executable, str(program)], env=environ, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    index = (tmp_path / "dump" / "index.md").read_text()
+    assert "launches 64 stock → 1 optimus_ir; fired: SplitCatToPointwise" in index
