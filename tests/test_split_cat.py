@@ -181,3 +181,13 @@ def test_few_pieces_with_different_bodies_keep_stocks_fusable_pointwise_cat():
         return q * cos + torch.cat([-x2, x1], dim=-1) * sin
 
     _assert_stock(fn, torch.randn(2, 4, 16, 32), torch.randn(16, 32), torch.randn(16, 32), reason="fuses into its consumers")
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool, torch.float16])
+def test_other_dtypes(dtype):
+    def fn(x):
+        op = torch.logical_not if dtype == torch.bool else (lambda p: p * 3)
+        return torch.cat([op(p) for p in reversed(x.split(4, dim=1))], dim=1)
+
+    x = torch.randn(8, 40) * 10
+    _check_in_interpreter(fn, x > 0 if dtype == torch.bool else x.to(dtype), fired=True)
