@@ -19,6 +19,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch._inductor.ops_handler import WrapperHandler
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from optimus_ir import index_math
@@ -29,6 +30,13 @@ aten = torch.ops.aten
 #: Groups of buffer names (per graph) that a rule wants in one kernel with block-level dispatch;
 #: consumed by :class:`optimus_ir.scheduler_hooks.piece_groups.PieceGroupToComboKernel`.
 PIECE_GROUPS: weakref.WeakKeyDictionary[Any, list[tuple[str, ...]]] = weakref.WeakKeyDictionary()
+
+#: Per graph, the cat outputs this rule wrote through folds: buffer name → (folds, size, stride, cat dim). A later
+#: piece that reads a region one fold wrote reads that fold's computation instead (:class:`_ReadThroughFolds`).
+#: Cats returned from the graph are not listed: they are written anyway, so reading them is cheaper.
+WRITTEN_BY_FOLDS: weakref.WeakKeyDictionary[Any, dict[str, tuple[list[Any], list[Any], list[Any], int]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclasses.dataclass
@@ -52,11 +60,63 @@ class _TracedPiece:
 def _trace(box: Any, start: sympy.Expr) -> _TracedPiece:
     from torch._inductor import dependencies
     from torch._inductor.loop_body import LoopBody
+    from torch._inductor.virtualized import V
 
     size = list(box.get_size())
     (loop_vars,), var_ranges = dependencies.index_vars_no_squeeze(size, prefix="q")
-    body = LoopBody(box.make_loader(), [loop_vars], var_ranges, loop_vars, [])
+    loader = box.make_loader()
+
+    def read_through(index: Sequence[sympy.Expr]) -> Any:
+        with V.set_ops_handler(_ReadThroughFolds(V.ops, var_ranges)):
+            return loader(index)
+
+    body = LoopBody(read_through, [loop_vars], var_ranges, loop_vars, [])
     return _TracedPiece(box, start, size, body, loop_vars)
+
+
+class _ReadThroughFolds(WrapperHandler):
+    """Ops handler for tracing a piece: a load from a cat output this rule wrote through folds, of a region that
+    one fold wrote, becomes that fold's computation (so chains of split → op → cat layers stay one kernel).
+
+    Before: ``load(cat_1, 1024*q0 + q1 + 64)`` (``cat_1`` written by a tanh fold at columns 64..127).
+    After: ``tanh(load(x, 1024*q0 + q1 + 64))``. The cat output is left to dead-code elimination when nothing
+    else reads it. Loads whose region is not proven (sympy bounds over the piece's loop ranges) stay loads.
+    """
+
+    def __init__(self, inner: Any, var_ranges: dict[sympy.Symbol, sympy.Expr]) -> None:
+        super().__init__(inner)
+        self.var_ranges = var_ranges
+        # An op that uses its input twice (silu: x * sigmoid(x)) loads it twice; computing the fold once per
+        # index keeps the trace linear in the depth of a chain instead of exponential.
+        self.read: dict[tuple[str, sympy.Expr], Any] = {}
+
+    def load(self, name: str, index: sympy.Expr) -> Any:
+        from torch._inductor.virtualized import V
+
+        written = WRITTEN_BY_FOLDS.get(V.graph, {}).get(name)
+        if written is None or name in V.graph.mutated_buffers:
+            return self._inner.load(name, index)
+        if (name, index) not in self.read:
+            self.read[name, index] = self._read_through(written, name, index)
+        return self.read[name, index]
+
+    def _read_through(self, written: tuple[Any, ...], name: str, index: sympy.Expr) -> Any:
+        from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+        folds, size, stride, dim = written
+        coords = [
+            index_math.bounded_div_mod(
+                FloorDiv(index, st) if i == 0 else ModularIndexing(index, st, sz), self.var_ranges
+            )
+            for i, (st, sz) in enumerate(zip(stride, size))
+        ]
+        bounds = bound_sympy(coords[dim], {v: ValueRanges(0, int(r) - 1) for v, r in self.var_ranges.items()})
+        if bounds.lower.is_integer and bounds.upper.is_integer:
+            for fold in folds:
+                fold_index = fold.index_for(coords, int(bounds.lower), int(bounds.upper), dim)
+                if fold_index is not None:
+                    return fold.value(fold_index)
+        return self._inner.load(name, index)
 
 
 @dataclasses.dataclass
@@ -120,18 +180,36 @@ class _Fold:
     exprs: dict[str, sympy.Expr]
     stride: list[sympy.Expr]
     offset: sympy.Expr
+    start: sympy.Expr  # first element along the cat dimension
+    member_step: sympy.Expr | None  # for members at a stride: distance between members along the cat dimension
+
+    def value(self, index: Sequence[sympy.Expr]) -> Any:
+        """The body at ``index`` (in ``ranges``), emitted through the current ops handler."""
+        from torch._inductor.utils import sympy_subs
+
+        replacements = dict(zip(self.out_vars, index))
+        return _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
 
     def pointwise(self) -> Any:
         """ONE Pointwise that replays the template body with the folded index expressions."""
         from torch._inductor import ir
-        from torch._inductor.utils import sympy_subs
-
-        def inner_fn(index: Sequence[sympy.Expr]) -> Any:
-            replacements = dict(zip(self.out_vars, index))
-            return _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
 
         box = self.template.box
-        return ir.Pointwise.create(device=box.get_device(), dtype=box.get_dtype(), inner_fn=inner_fn, ranges=self.ranges)
+        return ir.Pointwise.create(device=box.get_device(), dtype=box.get_dtype(), inner_fn=self.value, ranges=self.ranges)
+
+    def index_for(self, coords: list[sympy.Expr], lo: int, hi: int, dim: int) -> list[sympy.Expr] | None:
+        """Our index for cat-output coordinates ``coords`` whose cat-dim coordinate is proven in ``[lo, hi]``;
+        None unless that whole interval is written by this fold (within one member when strided)."""
+        first = int(self.start)
+        if self.member_step is None:
+            if first <= lo and hi < first + int(self.ranges[dim]):
+                return [*coords[:dim], coords[dim] - first, *coords[dim + 1 :]]
+            return None
+        step, size, members = int(self.member_step), int(self.ranges[dim + 1]), int(self.ranges[dim])
+        member = (lo - first) // step
+        if lo < first or member >= members or (lo - first) % step + (hi - lo) >= size:
+            return None
+        return [*coords[:dim], sympy.Integer(member), coords[dim] - first - member * step, *coords[dim + 1 :]]
 
     def affine_map(self, out_var: sympy.Symbol, start: sympy.Expr) -> dict[str, sympy.Expr] | None:
         """The expressions with ``out_var`` counted from the cat's start instead of ``start``; None unless affine."""
@@ -161,7 +239,7 @@ def _fold_contiguous(prog: _Progression, dim: int, out_stride: list[sympy.Expr])
         )
         for name, expr in first.body.indexing_exprs.items()
     }
-    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim])
+    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim], first.start, None)
 
 
 def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) -> _Fold:
@@ -176,7 +254,7 @@ def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) ->
         for name, expr in first.body.indexing_exprs.items()
     }
     stride = [*out_stride[:dim], prog.start_step * out_stride[dim], *out_stride[dim:]]
-    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim])
+    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim], first.start, prog.start_step)
 
 
 def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
@@ -201,7 +279,7 @@ def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
     return merged
 
 
-def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr]) -> Any:
+def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int) -> Any:
     """A ConcatKernel output of ``size`` whose every fold is realized into its (possibly strided) view.
 
     ``ConcatKernel.create`` only places inputs side by side; strided members need their own views, so this is
@@ -222,6 +300,8 @@ def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[s
     concat.name = V.graph.register_buffer(concat)
     concat.inputs = ir.ConcatKernel.unwrap_storage(concat.inputs)
     V.graph.register_operation(concat)
+    if not any(user.op == "output" for user in V.graph.current_node.users):
+        WRITTEN_BY_FOLDS.setdefault(V.graph, {})[concat.name] = (folds, size, stride, dim)
     return storage
 
 
@@ -331,7 +411,7 @@ class SplitCatToPointwise(LoweringRule):
         if len(pieces) <= config.max_pointwise_cat_inputs:
             raise Reject(f"{summary}: stock lowers up to {config.max_pointwise_cat_inputs} pieces as one pointwise cat "
                          "that fuses into its consumers, which beats a separate kernel")
-        storage = _write_into_views(folds, size, stride)
+        storage = _write_into_views(folds, size, stride, dim)
         group = tuple(buf.get_name() for buf in storage.data.inputs)
         PIECE_GROUPS.setdefault(V.graph, []).append(group)
         return ir.TensorBox(storage), f"{summary} written into one output, one kernel group {list(group)}"

@@ -9,6 +9,7 @@ which a rule falls back to stock Inductor:
 - :func:`constant_step`: do the expressions of pieces ``0..M-1`` differ by ``j * c`` for one constant ``c``?
 - :func:`fold_pieces`: one expression over the whole run of pieces, from the first piece's and the step.
 - :func:`join_div_mod`: ``c*FloorDiv(x, c) + ModularIndexing(x, 1, c)`` is ``x``.
+- :func:`bounded_div_mod`: ``FloorDiv``/``ModularIndexing`` whose argument's proven range fits one quotient.
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
@@ -21,6 +22,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 __all__ = [
+    "bounded_div_mod",
     "constant_step",
     "fold_pieces",
     "is_static",
@@ -120,3 +122,40 @@ def join_div_mod(expr: sympy.Expr) -> sympy.Expr:
             del terms[mod], terms[div]
             terms[base] = terms.get(base, 0) + coeff
     return sympy.Add(*(coeff * term for term, coeff in terms.items()))
+
+
+def bounded_div_mod(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, sympy.Expr | int]) -> sympy.Expr:
+    """Remove ``FloorDiv(a, d)`` (→ its one possible value) and ``ModularIndexing(a, d, m)`` (→ ``a // d`` minus a
+    constant) where the range of ``a`` over the loop ``ranges`` (each variable in ``[0, size)``) proves the
+    quotient constant, resp. inside one period.
+
+    >>> from sympy import Symbol
+    >>> q = Symbol("q", integer=True, nonnegative=True)
+    >>> bounded_div_mod(FloorDiv(q + 4, 40) + ModularIndexing(q + 4, 1, 40), {q: 4})
+    q + 4
+    """
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    value_ranges = {v: ValueRanges(0, sympy.sympify(size) - 1) for v, size in ranges.items()}
+
+    def bounds(e: sympy.Expr) -> tuple[int, int] | None:
+        r = bound_sympy(e, value_ranges)
+        return (int(r.lower), int(r.upper)) if r.lower.is_integer and r.upper.is_integer else None
+
+    def floor_div(base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
+        b = bounds(base)
+        if b is None or not divisor.is_integer or not divisor.is_positive:
+            return None
+        low, high = b[0] // int(divisor), b[1] // int(divisor)
+        return sympy.Integer(low) if low == high else None
+
+    def rewrite(e: sympy.Expr) -> sympy.Expr:
+        if isinstance(e, FloorDiv):
+            value = floor_div(*e.args)
+            return e if value is None else value
+        base, divisor, modulus = e.args
+        quotient = base if divisor == 1 else FloorDiv(base, divisor)
+        periods = floor_div(quotient, modulus)
+        return e if periods is None else quotient - periods * modulus
+
+    return expr.replace(lambda e: isinstance(e, (FloorDiv, ModularIndexing)), rewrite)

@@ -70,10 +70,12 @@ class LoweringRule:
 
 
 class SchedulerRule:
-    """Base of rules that rewrite the scheduler's fused node list."""
+    """Base of rules that rewrite the scheduler's node list, before (``stage = "pre_fusion"``) or after
+    (``"post_fusion"``) Inductor's own fusion."""
 
     name: ClassVar[str]
     pass_name: ClassVar[str]
+    stage: ClassVar[str] = "post_fusion"
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         raise NotImplementedError
@@ -216,11 +218,16 @@ chained_post_fusion_pass: Callable[[list[Any]], list[Any]] | None = None
 
 
 def post_fusion_pass(nodes: list[Any]) -> list[Any]:
-    """``config._post_fusion_custom_pass``: runs the enabled scheduler rules in order."""
+    """``config._post_fusion_custom_pass``: runs the enabled post-fusion scheduler rules in order."""
     if chained_post_fusion_pass is not None:
         nodes = chained_post_fusion_pass(nodes)
+    return run_scheduler_rules("post_fusion", nodes)
+
+
+def run_scheduler_rules(stage: str, nodes: list[Any]) -> list[Any]:
+    """Run the enabled scheduler rules of ``stage`` in order; a rule that raises leaves the nodes as they were."""
     for rule in scheduler_rules():
-        if rule.pass_name not in enabled_passes():
+        if rule.pass_name not in enabled_passes() or rule.stage != stage:
             continue
         try:
             nodes = rule.rewrite(nodes)

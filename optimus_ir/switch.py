@@ -16,7 +16,8 @@ imported (lazily, so ``import torch`` stays as fast as without us):
   (version and a hash of its sources) and the enabled passes. It is the only hook Inductor puts in its FX-graph and
   AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. It
   chains whatever pass the user had installed;
-- ``config._post_fusion_custom_pass``: the scheduler-time rules (also chaining a user's pass).
+- ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
+  scheduler-time rules, before and after Inductor's fusion (each chaining a user's pass).
 
 The first call of the post-grad pass (a cache miss, just before lowering) installs the rest: the rules' lowering
 overrides (``torch._inductor.lowering.lowerings[op]``, each falling back to the stock lowering when its pass is
@@ -152,29 +153,41 @@ def _package_dirs(root: Path) -> list[Path]:
     return [root] + [Path(p).resolve() for m in (optimus_ir.lowering, optimus_ir.scheduler_hooks) for p in m.__path__]
 
 
-def _make_graph_pass_class() -> type:
+@functools.cache
+def _pass_classes() -> tuple[type, type]:
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class OptimusGraphPass(CustomGraphPass):
-        """Post-grad custom pass carrying optimus_ir's identity into Inductor's cache keys.
+    from optimus_ir import registry
 
-        ``__call__`` changes no FX node: the rewrites happen later, in lowering and scheduling. It runs the pass
-        that was installed before ours, then makes sure our lowering and scheduler hooks are in place.
-        """
+    class _Keyed(CustomGraphPass):
+        """A config hook whose ``uuid()`` carries optimus_ir's identity into Inductor's cache keys; it runs the
+        pass that was installed before ours first."""
 
         def __init__(self, chained: Any) -> None:
             self.chained = chained
+
+        def uuid(self) -> Any:
+            chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
+            return ("optimus_ir", type(self).__name__, package_identity(), tuple(sorted(_enabled)), chained)
+
+    class OptimusGraphPass(_Keyed):
+        """``post_grad_custom_post_pass``: changes no FX node (the rewrites happen in lowering and scheduling);
+        makes sure the lowering overrides and the dump are installed, just before lowering."""
 
         def __call__(self, graph: Any) -> None:
             if self.chained is not None:
                 self.chained(graph)
             _install_compile_hooks()
 
-        def uuid(self) -> Any:
-            chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
-            return ("optimus_ir", package_identity(), tuple(sorted(_enabled)), chained)
+    class OptimusPreFusionPass(_Keyed):
+        """``_pre_fusion_custom_pass``: the scheduler rules that run before Inductor's fusion."""
 
-    return OptimusGraphPass
+        def __call__(self, nodes: list[Any]) -> list[Any]:
+            if self.chained is not None:
+                nodes = self.chained(nodes)
+            return registry.run_scheduler_rules("pre_fusion", nodes)
+
+    return OptimusGraphPass, OptimusPreFusionPass
 
 
 def _install_config_hooks() -> None:
@@ -186,9 +199,12 @@ def _install_config_hooks() -> None:
 
     from optimus_ir import registry
 
+    post_grad_class, pre_fusion_class = _pass_classes()
     if _installed_pass is None:
-        _installed_pass = _make_graph_pass_class()(config.post_grad_custom_post_pass)
+        _installed_pass = post_grad_class(config.post_grad_custom_post_pass)
         config.post_grad_custom_post_pass = _installed_pass
+    if not isinstance(config._pre_fusion_custom_pass, pre_fusion_class):
+        config._pre_fusion_custom_pass = pre_fusion_class(config._pre_fusion_custom_pass)
     if config._post_fusion_custom_pass is not registry.post_fusion_pass:
         registry.chained_post_fusion_pass = config._post_fusion_custom_pass
         config._post_fusion_custom_pass = registry.post_fusion_pass
@@ -211,6 +227,8 @@ def _uninstall() -> None:
         if config.post_grad_custom_post_pass is _installed_pass:
             config.post_grad_custom_post_pass = _installed_pass.chained
         _installed_pass = None
+        if isinstance(config._pre_fusion_custom_pass, _pass_classes()[1]):
+            config._pre_fusion_custom_pass = config._pre_fusion_custom_pass.chained
     dump = sys.modules.get("optimus_ir.dump")
     if dump is not None:
         dump.uninstall()

@@ -41,6 +41,8 @@ class PieceGroupToComboKernel(SchedulerRule):
             return nodes
         owner = {name: node for node in nodes for name in node.get_buffer_names()}
         for group in groups:
+            if not any(name in owner for name in group):
+                continue  # the whole cat was removed (DeadFoldedCatElimination)
             members: list[Any] = []
             for name in group:
                 node = owner.get(name)
@@ -69,3 +71,59 @@ class PieceGroupToComboKernel(SchedulerRule):
             nodes = scheduler.topological_sort_schedule(kept)
             record(self.name, True, [m.get_name() for m in members], f"{len(members)} kernels → one kernel")
         return nodes
+
+
+@register
+class DeadFoldedCatElimination(SchedulerRule):
+    """A cat output written through folds that nothing reads any more → removed, with the kernels that wrote it.
+
+    When a later piece reads a region of such a cat, ``SplitCatToPointwise`` reads the fold's computation instead
+    (layers of split → op → cat become one kernel), so the earlier cat often ends up unread. Inductor's dead-code
+    elimination keeps it (a ConcatKernel counts as a user of its own buffer). Before fusion::
+
+        SchedulerNode(buf0: tanh, writes buf6[:, 0:4])     # no reader of buf6 left
+        SchedulerNode(buf1: relu, writes buf6[:, 4:8])
+        NopKernelSchedulerNode(buf6 = ConcatKernel([buf0, buf1]))
+
+    After: the three nodes are gone (their buffers added to ``V.graph.removed_buffers``).
+    """
+
+    name = "DeadFoldedCatElimination"
+    pass_name = "splitcat"
+    stage = "pre_fusion"
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        from torch._inductor.virtualized import V
+
+        from optimus_ir.lowering.split_cat import WRITTEN_BY_FOLDS
+
+        written = WRITTEN_BY_FOLDS.get(V.graph, {})
+        if not written:
+            return nodes
+        scheduler = nodes[0].scheduler
+        outputs = set(V.graph.get_output_names())
+        dead: set[str] = set()
+        for name in written:
+            concat = scheduler.name_to_buf.get(name)
+            if concat is None or name in outputs:
+                continue
+            concat_node = concat.defining_op
+            if any(user.get_name() != concat_node.get_name() for user in concat.users):
+                continue
+            members = [scheduler.name_to_buf[dep.name] for dep in concat_node.read_writes.reads]
+            if any(user.get_name() != concat_node.get_name() for member in members for user in member.users):
+                continue
+            removed = [concat_node.get_name()] + [member.defining_op.get_name() for member in members]
+            dead.update(removed)
+            V.graph.removed_buffers.update([name] + [member.get_name() for member in members])
+            V.graph.removed_operations.update(removed)
+            record(self.name, True, [name], f"unread after read-through; removed {removed}")
+        if not dead:
+            return nodes
+        for node in nodes:
+            if node.get_name() in dead:
+                for read in node.read_writes.reads:
+                    if read.name in scheduler.name_to_buf:
+                        buf = scheduler.name_to_buf[read.name]
+                        buf.users = [u for u in buf.users if u.get_name() not in dead]
+        return [node for node in nodes if node.get_name() not in dead]

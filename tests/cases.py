@@ -70,6 +70,17 @@ def unbind_stack(x):
     return torch.stack([torch.sigmoid(r) * 2 for r in x.unbind(1)], dim=1)
 
 
+_CHAIN_OPS = (torch.relu, torch.tanh, torch.sigmoid, F.silu, torch.abs, F.gelu, torch.sin, torch.neg, torch.exp,
+              torch.cos)
+
+
+def split_ops_cat_chain3(x):
+    # 3 layers of: split into 10 → a different op per piece → cat → scale; the layers read through: one kernel
+    for _ in range(3):
+        x = torch.cat([op(p) for op, p in zip(_CHAIN_OPS, x.chunk(10, dim=1))], dim=1) * 0.5
+    return x.sum(dim=1)
+
+
 def split_relu_cat_training(x):
     # relu saves its output for the backward: the forward's pieces have a second consumer (no rewrite there)
     return torch.cat([torch.relu(p) for p in reversed(x.split(16, dim=1))], dim=1)
@@ -119,6 +130,16 @@ CASES = [
     Case("overlapping_slices_cat", overlapping_slices_cat, _randn(16, 352), 10, 1, ("SplitCatToPointwise",)),
     Case("strided_slices_cat", strided_slices_cat, _randn(16, 500), 10, 1, ("SplitCatToPointwise",)),
     Case("unbind_stack", unbind_stack, _randn(24, 20, 33), 20, 1, ("SplitCatToPointwise",)),
+    Case(
+        "split_ops_cat_chain3",
+        split_ops_cat_chain3,
+        _randn(16, 120),
+        31,
+        2,
+        ("SplitCatToPointwise", "DeadFoldedCatElimination", "PieceGroupToComboKernel"),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
     Case(
         "split_relu_cat_training",
         split_relu_cat_training,

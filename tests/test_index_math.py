@@ -80,3 +80,11 @@ def test_join_div_mod_leaves_unmatched_terms():
 def test_is_static():
     assert index_math.is_static([3, sympy.Integer(4)])
     assert not index_math.is_static([3, s0])
+
+
+def test_bounded_div_mod_removes_what_the_ranges_prove():
+    q0, q1 = p0, p1
+    assert index_math.bounded_div_mod(FloorDiv(40 * q0 + q1 + 4, 40), {q0: 4, q1: 4}) == q0
+    assert index_math.bounded_div_mod(ModularIndexing(40 * q0 + q1 + 4, 1, 40), {q0: 4, q1: 4}) == q1 + 4
+    assert index_math.bounded_div_mod(ModularIndexing(q1 + 36, 1, 40), {q1: 8}) == ModularIndexing(q1 + 36, 1, 40)
+    assert index_math.bounded_div_mod(ModularIndexing(q1 + 40, 4, 8), {q1: 4}) == FloorDiv(q1 + 40, 4) - 8

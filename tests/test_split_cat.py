@@ -191,3 +191,33 @@ def test_other_dtypes(dtype):
 
     x = torch.randn(8, 40) * 10
     _check_in_interpreter(fn, x > 0 if dtype == torch.bool else x.to(dtype), fired=True)
+
+
+def _layers(x, layers, keep_first=False):
+    ops = (torch.tanh, torch.sigmoid, torch.relu, torch.sin, torch.cos, torch.neg, torch.exp, torch.abs, torch.erf)
+    outs = []
+    for _ in range(layers):
+        x = torch.cat([op(p) for op, p in zip(ops, x.chunk(9, dim=1))], dim=1) * 0.5
+        outs.append(x)
+    return (outs[0], x) if keep_first else x
+
+
+def test_chain_of_layers_reads_through_and_drops_the_inner_cats():
+    report = compile_report(lambda x: _layers(x, 4), (torch.randn(8, 72),))
+    fired = [r for r in report.rewrites if r.fired]
+    assert sum(r.rule == "DeadFoldedCatElimination" for r in fired) == 3  # the first three cats are never written
+    assert len(report.launches) == 2  # one kernel for the four layers (a branch per piece) and the last scale
+
+
+def test_returned_inner_cat_is_written_and_results_are_right():
+    def fn(x):
+        return _layers(x, 3, keep_first=True)
+
+    report = compile_report(fn, (torch.randn(8, 72),))
+    removed = [r for r in report.rewrites if r.rule == "DeadFoldedCatElimination" and r.fired]
+    assert len(removed) == 1  # the second cat only: the first one is returned (written, and read by layer 2)
+    x = torch.randn(8, 72)
+    expected = fn(x)
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.compile(fn)(x)
+    torch.testing.assert_close(actual, expected)
