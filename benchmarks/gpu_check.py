@@ -26,22 +26,15 @@ import optimus_ir  # noqa: E402
 from cases import CASES  # noqa: E402
 from golden import GOLDEN_DIR, render  # noqa: E402
 from measure import header, write_results  # noqa: E402
-from optimus_ir import virtual_cuda  # noqa: E402
-from optimus_ir.inspect import CompileReport  # noqa: E402
+from optimus_ir.inspect import report_for  # noqa: E402
 from optimus_ir.registry import recording  # noqa: E402
 
 
-def _report(case, passes, virtual: bool) -> CompileReport:
-    with optimus_ir.enabled(passes), recording() as records:
-        graphs = virtual_cuda.generate(case.fn, case.make_inputs(), virtual=virtual)
-    return CompileReport(graphs, list(records))
-
-
 def check_kernels(case) -> dict:
-    real = _report(case, "all", virtual=False)
-    virtual = _report(case, "all", virtual=True)
-    stock_real = _report(case, None, virtual=False)
-    stock_virtual = _report(case, None, virtual=True)
+    real = report_for(case.fn, case.make_inputs(), passes="all", virtual=False)
+    virtual = report_for(case.fn, case.make_inputs(), passes="all", virtual=True)
+    stock_real = report_for(case.fn, case.make_inputs(), passes=None, virtual=False)
+    stock_virtual = report_for(case.fn, case.make_inputs(), passes=None, virtual=True)
     real_text, virtual_text = render(real, stock_real), render(virtual, stock_virtual)
     golden_path = GOLDEN_DIR / f"{case.name}.txt"
     golden = golden_path.read_text() if golden_path.exists() else None

@@ -211,9 +211,9 @@ class _Fold:
             return None
         return [*coords[:dim], sympy.Integer(member), coords[dim] - first - member * step, *coords[dim + 1 :]]
 
-    def affine_map(self, out_var: sympy.Symbol, start: sympy.Expr) -> dict[str, sympy.Expr] | None:
-        """The expressions with ``out_var`` counted from the cat's start instead of ``start``; None unless affine."""
-        shifted = {name: sympy.expand(e.xreplace({out_var: out_var - start})) for name, e in self.exprs.items()}
+    def affine_map(self, out_var: sympy.Symbol) -> dict[str, sympy.Expr] | None:
+        """The expressions with ``out_var`` counted from the cat's start instead of ours; None unless affine."""
+        shifted = {name: sympy.expand(e.xreplace({out_var: out_var - self.start})) for name, e in self.exprs.items()}
         if any(e.has(FloorDiv, ModularIndexing) for e in shifted.values()):
             return None
         return shifted
@@ -266,11 +266,11 @@ def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
     merged = [folds[0]]
     for fold in folds[1:]:
         last = merged[-1]
-        contiguous = len(last.ranges) == len(fold.ranges) == len(last.stride) and last.stride == fold.stride
+        contiguous = last.member_step is None and fold.member_step is None
         if contiguous and last.template.ops_key == fold.template.ops_key:
             var = last.out_vars[dim]
-            last_map = last.affine_map(var, last.template.start)
-            if last_map is not None and last_map == fold.affine_map(var, fold.template.start):
+            last_map = last.affine_map(var)
+            if last_map is not None and last_map == fold.affine_map(var):
                 ranges = list(last.ranges)
                 ranges[dim] = last.ranges[dim] + fold.ranges[dim]
                 merged[-1] = dataclasses.replace(last, ranges=ranges)

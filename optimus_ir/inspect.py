@@ -49,9 +49,6 @@ class CompileReport:
         """The wrapper code, graph after graph."""
         return "\n".join(f"# ===== {graph.name} =====\n{graph.wrapper}" for graph in self.graphs)
 
-    def graph(self, name: str) -> GraphCode:
-        return next(g for g in self.graphs if g.name == name)
-
 
 def compile_report(
     fn: Callable[..., Any],
@@ -69,8 +66,20 @@ def compile_report(
     """
     if target != "cuda":
         raise ValueError(f"target {target!r} is not supported; only 'cuda'")
+    return report_for(fn, example_inputs, passes=passes, virtual=None)
+
+
+def report_for(
+    fn: Callable[..., Any],
+    example_inputs: tuple[Any, ...],
+    *,
+    passes: str | Iterable[str] | None,
+    virtual: bool | None,
+) -> CompileReport:
+    """:func:`compile_report`, choosing the device: ``virtual=True`` forces the virtual sm_90 device even on a
+    GPU machine (to compare it with the real one), None uses the real device when there is one."""
     from optimus_ir import virtual_cuda
 
     with switch.enabled(passes), recording() as records:
-        graphs = virtual_cuda.generate(fn, tuple(example_inputs))
+        graphs = virtual_cuda.generate(fn, tuple(example_inputs), virtual=virtual)
     return CompileReport(graphs, list(records))

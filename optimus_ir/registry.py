@@ -206,13 +206,6 @@ def uninstall_lowerings() -> None:
     _stock_lowerings.clear()
 
 
-def stock_lowering(op: Any) -> Callable[..., Any]:
-    """The lowering Inductor itself has for ``op`` (also while ours is installed)."""
-    from torch._inductor.lowering import lowerings
-
-    return _stock_lowerings.get(op, lowerings[op])
-
-
 #: The pass that was in ``config._post_fusion_custom_pass`` before ours; run first.
 chained_post_fusion_pass: Callable[[list[Any]], list[Any]] | None = None
 

@@ -227,8 +227,8 @@ def _uninstall() -> None:
         if config.post_grad_custom_post_pass is _installed_pass:
             config.post_grad_custom_post_pass = _installed_pass.chained
         _installed_pass = None
-        if isinstance(config._pre_fusion_custom_pass, _pass_classes()[1]):
-            config._pre_fusion_custom_pass = config._pre_fusion_custom_pass.chained
+    if isinstance(config._pre_fusion_custom_pass, _pass_classes()[1]):
+        config._pre_fusion_custom_pass = config._pre_fusion_custom_pass.chained
     dump = sys.modules.get("optimus_ir.dump")
     if dump is not None:
         dump.uninstall()

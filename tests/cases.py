@@ -157,5 +157,3 @@ CASES = [
         ("SplitCatToPointwise",),
     ),
 ]
-
-CASES_BY_NAME = {case.name: case for case in CASES}
