@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import optimus_ir  # noqa: E402
-from cases import CASES  # noqa: E402
+from cases import CASES, backward_with_same_grads  # noqa: E402
 from golden import GOLDEN_DIR, render  # noqa: E402
 from measure import header, write_results  # noqa: E402
 from optimus_ir.inspect import report_for  # noqa: E402
@@ -56,10 +56,7 @@ def check_numerics(case) -> dict:
     torch._dynamo.reset()
     with optimus_ir.enabled(), recording() as records:
         actual = torch.compile(case.fn, fullgraph=True)(*inputs)
-        if actual.requires_grad:
-            grad = torch.randn_like(actual)
-            actual.backward(grad)
-            expected.backward(grad)
+        backward_with_same_grads(actual, expected)
     fired = {r.rule for r in records if r.fired}
     ok = set(case.fired) <= fired
     try:

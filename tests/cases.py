@@ -26,6 +26,16 @@ class Case:
     rtol: float = 1e-5
 
 
+def backward_with_same_grads(actual: Any, expected: Any) -> None:
+    """If the outputs require grad, backpropagate the same random gradients through ``actual`` and ``expected``."""
+    actual = list(actual) if isinstance(actual, (list, tuple)) else [actual]
+    expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    if actual[0].requires_grad:
+        grads = [torch.randn_like(out) for out in actual]
+        torch.autograd.backward(actual, grads)
+        torch.autograd.backward(expected, grads)
+
+
 def _randn(*shape: int, dtype: torch.dtype = torch.float32, grad: bool = False) -> Callable[[], tuple[torch.Tensor]]:
     return lambda: (torch.randn(*shape, dtype=dtype, requires_grad=grad),)
 
@@ -157,3 +167,61 @@ CASES = [
         ("SplitCatToPointwise",),
     ),
 ]
+
+
+# ---------------------------------------------------------------------------------- horizontal (N identical kernels)
+
+
+def _tensors(*shapes: tuple[int, ...], grad: bool = False) -> Callable[[], tuple[torch.Tensor, ...]]:
+    return lambda: tuple(torch.randn(*shape, requires_grad=grad) for shape in shapes)
+
+
+def tanh_scale_each(*xs):
+    return [torch.tanh(x) * 2 for x in xs]
+
+
+def gelu_each(*xs):
+    return [F.gelu(x) for x in xs]
+
+
+def row_sum_each(*xs):
+    return [x.sum(dim=-1) for x in xs]
+
+
+def row_sum_of_tanh_each(*xs):
+    return [torch.tanh(x).sum(dim=-1) for x in xs]
+
+
+def layer_norm_each(*args):
+    n = len(args) // 3
+    xs, weights, biases = args[:n], args[n : 2 * n], args[2 * n :]
+    return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(xs, weights, biases)]
+
+
+_SEVEN_ROW_COUNTS = (64, 128, 33, 256, 7, 200, 100)
+
+CASES.extend(
+    [
+        Case(
+            "horizontal_tanh_12", tanh_scale_each, _tensors(*[(64, 256)] * 12), 12, 1,
+            ("IdenticalKernelsToMemberTableKernel",),
+        ),
+        Case(
+            "horizontal_gelu_7_sizes", gelu_each, _tensors(*[(rows, 96) for rows in _SEVEN_ROW_COUNTS * 2]), 14, 1,
+            ("IdenticalKernelsToMemberTableKernel",),
+        ),
+        Case(
+            "horizontal_row_sum_ragged", row_sum_each, _tensors(*[(rows, 200) for rows in (64, 64, 100, 7, 64, 30)]),
+            6, 1, ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+        ),
+        Case(
+            "horizontal_layer_norm_4", layer_norm_each, _tensors(*[(48, 256)] * 4, *[(256,)] * 8), 4, 1,
+            ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+        ),
+        Case(
+            "horizontal_row_sum_tanh_training", row_sum_of_tanh_each,
+            _tensors(*[(rows, 64) for rows in (32, 32, 16, 48, 32)], grad=True), 10, 2,
+            ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+        ),
+    ]
+)

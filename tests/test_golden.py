@@ -13,7 +13,7 @@ from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.registry import recording
 
-from cases import CASES
+from cases import CASES, backward_with_same_grads
 from golden import GOLDEN_DIR, assert_golden, render
 
 
@@ -42,10 +42,7 @@ def test_numerics_in_interpreter(case):
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
             mock.patch.object(GraphLowering, "save_output_code", codes.append):
         actual = torch.compile(case.fn, fullgraph=True)(*inputs)
-        if actual.requires_grad:
-            grad = torch.randn_like(actual)
-            actual.backward(grad)
-            expected.backward(grad)
+        backward_with_same_grads(actual, expected)
     assert {r.rule for r in records if r.fired} >= set(case.fired)
     # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ)
     golden = (GOLDEN_DIR / f"{case.name}.txt").read_text()

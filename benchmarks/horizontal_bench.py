@@ -1,0 +1,218 @@
+"""N independent copies of one small op (the horizontal issue's storms): eager, stock Inductor, combo kernels and
+optimus_ir in one run, plus correctness under CUDA graphs (``mode="reduce-overhead"``) and dynamic shapes.
+
+    python benchmarks/horizontal_bench.py --out benchmarks/results/<date>
+
+For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
+CUDA-graph replay, compile time (first call), max relative error against eager, and the memory floor (bytes in +
+out over the device-to-device copy bandwidth measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import (  # noqa: E402
+    VARIANTS,
+    copy_bandwidth_bytes_per_ms,
+    cuda_time_ms,
+    graph_replay_ms,
+    header,
+    kernels_per_call,
+    max_rel_error,
+    timed_first_call,
+    variant_context,
+    write_results,
+)
+
+import optimus_ir  # noqa: E402
+from optimus_ir.registry import recording  # noqa: E402
+
+
+def tanh_each(*xs):
+    return [torch.tanh(x) for x in xs]
+
+
+def gelu_each(*xs):
+    return [F.gelu(x) for x in xs]
+
+
+def row_sum_each(*xs):
+    return [x.sum(dim=1) for x in xs]
+
+
+def layer_norm_each(*args):
+    n = len(args) // 3
+    return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(args[:n], args[n : 2 * n], args[2 * n :])]
+
+
+def _tensors(shapes: list[tuple[int, ...]], dtype: torch.dtype, grad: bool = False) -> list[torch.Tensor]:
+    return [torch.randn(s, dtype=dtype, device="cuda", requires_grad=grad) for s in shapes]
+
+
+def _layer_norm_inputs(n: int, rows: int, width: int, dtype: torch.dtype, grad: bool = False) -> list[torch.Tensor]:
+    xs = _tensors([(rows, width)] * n, dtype, grad)
+    weights = [(1 + 0.1 * torch.randn(width, device="cuda", dtype=dtype)).requires_grad_(grad) for _ in range(n)]
+    biases = _tensors([(width,)] * n, dtype, grad)
+    return xs + weights + biases
+
+
+_SEVEN_ROW_COUNTS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+# name, function, input factory (dtype, requires_grad) -> list of tensors
+WORKLOADS: list[tuple[str, Callable, Callable[[torch.dtype, bool], list[torch.Tensor]], torch.dtype]] = [
+    ("128x tanh [256x512]", tanh_each, lambda d, g: _tensors([(256, 512)] * 128, d, g), torch.float32),
+    ("128x tanh [256x512]", tanh_each, lambda d, g: _tensors([(256, 512)] * 128, d, g), torch.bfloat16),
+    ("64x layer_norm [256x512]", layer_norm_each, lambda d, g: _layer_norm_inputs(64, 256, 512, d, g), torch.float32),
+    (
+        "96x gelu on 7 sizes [64..4096 x 256]",
+        gelu_each,
+        lambda d, g: _tensors([(_SEVEN_ROW_COUNTS[i % 7], 256) for i in range(96)], d, g),
+        torch.float32,
+    ),
+    (
+        "48x row sum [512..2048 x 512]",
+        row_sum_each,
+        lambda d, g: _tensors([(512 + 32 * i, 512) for i in range(48)], d, g),
+        torch.float32,
+    ),
+]
+
+TRAINING = ["128x tanh [256x512]", "64x layer_norm [256x512]"]
+
+
+def _bytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def inference_rows(bandwidth: float) -> list[dict]:
+    rows = []
+    for name, fn, make, dtype in WORKLOADS:
+        inputs = make(dtype, False)
+        expected = fn(*inputs)
+        floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
+        for variant in VARIANTS:
+            torch._dynamo.reset()
+            with variant_context(variant), recording() as records:
+                run = torch.compile(fn) if variant.compile else fn
+                actual, compile_s = timed_first_call(lambda: run(*inputs))
+            call = lambda: run(*inputs)  # noqa: E731
+            replay = graph_replay_ms(call)
+            rows.append(
+                {
+                    "workload": f"{name} {str(dtype).removeprefix('torch.')}",
+                    "variant": variant.name,
+                    "kernels/call": kernels_per_call(call),
+                    "ms/call": cuda_time_ms(call),
+                    "graph replay ms": replay,
+                    "floor ms": floor_ms,
+                    "replay / floor": replay / floor_ms if replay else None,
+                    "first call s": compile_s,
+                    "max rel err": max_rel_error(actual, expected),
+                    "merged": sum(r.fired for r in records),
+                }
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def training_rows() -> list[dict]:
+    """Forward + backward: kernels and time per step, max error of the input grads."""
+    rows = []
+    for name, fn, make, dtype in WORKLOADS:
+        if name not in TRAINING or dtype != torch.float32:
+            continue
+        inputs = make(dtype, True)
+        grads = [torch.randn_like(out) for out in fn(*inputs)]
+        expected = torch.autograd.grad(fn(*inputs), inputs, grads)
+        for variant in VARIANTS:
+            torch._dynamo.reset()
+            with variant_context(variant):
+                run = torch.compile(fn) if variant.compile else fn
+                step = lambda: torch.autograd.grad(run(*inputs), inputs, grads)  # noqa: E731
+                actual, compile_s = timed_first_call(step)
+            rows.append(
+                {
+                    "workload": f"{name} training step",
+                    "variant": variant.name,
+                    "kernels/call": kernels_per_call(step),
+                    "ms/call": cuda_time_ms(step),
+                    "first call s": compile_s,
+                    "max rel err": max_rel_error(list(actual), list(expected)),
+                }
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def reduce_overhead_rows() -> list[dict]:
+    """``mode="reduce-overhead"`` (CUDA graphs): each call with NEW input tensors and new values must match eager
+    (the member table holds addresses; cudagraph trees copy inputs into the graph's own buffers)."""
+    rows = []
+    for name, fn, make, dtype in WORKLOADS:
+        if dtype != torch.float32:
+            continue
+        for passes in (None, "all"):
+            torch._dynamo.reset()
+            with optimus_ir.enabled(passes), recording() as records:
+                run = torch.compile(fn, mode="reduce-overhead")
+                worst = 0.0
+                for _ in range(5):
+                    inputs = make(dtype, False)
+                    worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
+                inputs = make(dtype, False)
+                call = lambda: run(*inputs)  # noqa: E731
+                ms = cuda_time_ms(call)
+            rows.append(
+                {
+                    "workload": f"{name} reduce-overhead",
+                    "variant": "optimus_ir" if passes else "stock",
+                    "ms/call": ms,
+                    "max rel err (5 calls, new inputs)": worst,
+                    "merged": sum(r.fired for r in records),
+                }
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
+def dynamic_rows() -> list[dict]:
+    """``dynamic=True``: sizes are symbols; whatever is not provable falls back, results stay right."""
+    rows = []
+    fn = tanh_each
+    torch._dynamo.reset()
+    with optimus_ir.enabled("all"), recording() as records:
+        run = torch.compile(fn, dynamic=True)
+        worst = 0.0
+        for rows_count in (64, 96, 128):
+            inputs = _tensors([(rows_count + i, 256) for i in range(16)], torch.float32)
+            worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
+    reasons = sorted({r.detail for r in records if not r.fired})
+    rows.append({"workload": "16x tanh dynamic=True, 3 sizes", "max rel err": worst, "reasons": "; ".join(reasons)})
+    print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth_bytes_per_ms()
+    meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
+    inference = inference_rows(bandwidth)
+    write_results(args.out, "horizontal", meta, inference, list(inference[0]))
+    training = training_rows()
+    write_results(args.out, "horizontal_training", meta, training, list(training[0]))
+    graphs = reduce_overhead_rows() + dynamic_rows()
+    write_results(args.out, "horizontal_cuda_graphs_dynamic", meta, graphs, sorted({k for r in graphs for k in r}))
+
+
+if __name__ == "__main__":
+    main()

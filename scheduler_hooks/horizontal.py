@@ -1,0 +1,528 @@
+"""Horizontal cleanup: N independent, structurally identical kernels → ONE Triton kernel with a shared body.
+
+Recommendation models apply the same small op to dozens of feature tensors. After Inductor's own (vertical) fusion
+each of them is one scheduler node, and one kernel launch. Here, groups of nodes that are
+
+- independent: no path between any two of them in the dependency graph, and
+- structurally identical: the same loop bodies up to buffer names and the size of the outermost loop (the row
+  count), the same dtypes, the same reduction sizes,
+
+become one :class:`MemberTableGroup`. Its kernel is Inductor's own kernel for one member (the one with most rows),
+with a prologue that finds the member of the block from the program id and reads that member's row count and
+tensor addresses from a table (:mod:`optimus_ir.runtime`). The code size does not depend on N, and members with
+different row counts (ragged) merge too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import Any
+
+import sympy
+from torch._inductor import config, ir
+from torch._inductor.codegen.common import IndentedBuffer
+from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+from torch._inductor.codegen.simd import SIMDScheduling
+from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
+from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
+from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
+from torch._inductor.virtualized import V
+
+from optimus_ir.registry import SchedulerRule, record, register
+
+log = logging.getLogger("optimus_ir")
+
+#: The largest block Inductor's heuristics pick along x (``TRITON_MAX_BLOCK["X"]``): pointwise members are padded
+#: to a multiple of it, so that no block spans two members whatever block size autotuning picks.
+_MAX_XBLOCK = 4096
+#: More members than this are split into several groups (the kernel loads one table row per member per block).
+MAX_MEMBERS = 1024
+#: The largest block of rows Inductor's reduction heuristics pick (``xblock_vals`` of persistent reductions, at most
+#: 256): members of a row-reduction group start at multiples of the next power of two of their row count, capped here.
+_MAX_REDUCTION_XBLOCK = 256
+#: Cost model of padding: members start at block boundaries, so a group launches some blocks that find no work and
+#: exit (~1-2 ns of scheduling each on an H200; a launch costs ~4 us). A group is split by size only where its
+#: padded work is more than ``MAX_PADDING`` times its real work AND the empty blocks exceed ``MAX_EMPTY_BLOCKS``
+#: (counted pessimistically: one row per block for reductions, 1024 elements per block for pointwise kernels).
+MAX_PADDING = 2.0
+MAX_EMPTY_BLOCKS = 2048
+
+
+@dataclasses.dataclass
+class Structure:
+    """What a candidate node computes, with buffer names replaced by slots numbered in order of first use."""
+
+    key: tuple[Any, ...]
+    slots: list[str]  # buffer names, by slot
+    numel: int  # the x extent (rows of a reduction, elements of a pointwise kernel)
+
+
+def _graph_key(graph: Any, slot_of: dict[str, int], names: set[str]) -> tuple[Any, ...]:
+    """An FX graph of ``ops.*`` calls as a tuple, buffer names replaced by slot numbers (first use first)."""
+    index = {node: i for i, node in enumerate(graph.nodes)}
+
+    def arg_key(arg: Any) -> Any:
+        if isinstance(arg, str) and arg in names:
+            return ("slot", slot_of.setdefault(arg, len(slot_of)))
+        if isinstance(arg, (tuple, list)):
+            return tuple(arg_key(a) for a in arg)
+        if hasattr(arg, "op") and arg in index:
+            return ("node", index[arg])
+        return repr(arg)
+
+    return tuple(
+        (node.op, str(node.target), arg_key(node.args), arg_key(tuple(sorted(node.kwargs.items()))))
+        for node in graph.nodes
+    )
+
+
+def structure_of(node: Any) -> Structure | str:
+    """The :class:`Structure` of a scheduler node, or why it cannot be a member of a group (``"category: detail"``)."""
+
+    if type(node) not in (SchedulerNode, FusedSchedulerNode):
+        return f"not a plain kernel: {type(node).__name__}"
+    scheduler = node.scheduler
+    subnodes = list(node.get_nodes())
+    op_names = node.get_operation_names()
+    slot_of: dict[str, int] = {}
+    parts: list[Any] = []
+    outer: int | None = None
+    for snode in subnodes:
+        if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
+            return f"not a computed buffer: {snode.get_name()}"
+        if snode.node.get_mutation_names():
+            return f"mutation: {snode.get_name()} mutates {snode.node.get_mutation_names()}"
+        iter_sizes, reduce_sizes = snode._sizes
+        sizes = [*iter_sizes, *reduce_sizes]
+        if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+            return f"symbolic sizes: {snode.get_name()} has {sizes}"
+        body = snode._body
+        if any(expr.free_symbols - set(body.var_ranges) for expr in body.indexing_exprs.values()):
+            return f"symbolic index: {snode.get_name()} indexes with symbols other than its loop variables"
+        names = {dep.name for dep in (*snode.read_writes.reads, *snode.read_writes.writes)}
+        names |= set(snode.get_buffer_names())
+        blocks = [body.root_block, *body.subblocks.values()]
+        graphs = tuple(_graph_key(block.graph, slot_of, names) for block in blocks)
+        exprs = tuple((name, str(expr)) for name, expr in body.indexing_exprs.items())
+        if iter_sizes:
+            outer = int(iter_sizes[0]) if outer is None else outer
+        written = tuple(
+            (name, scheduler.can_buffer_be_removed_through_fusion(name, op_names)) for name in snode.get_buffer_names()
+        )
+        parts.append(
+            (
+                "reduction" if snode.is_reduction() else "pointwise",
+                tuple(int(s) for s in iter_sizes[1:]),
+                tuple(int(s) for s in reduce_sizes),
+                exprs,
+                graphs,
+                tuple((slot_of.get(name), removable) for name, removable in written),
+            )
+        )
+    slots = sorted(slot_of, key=slot_of.__getitem__)
+    dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
+    _, (numel, rnumel) = node.group
+    if not isinstance(numel, (int, sympy.Integer)) or not isinstance(rnumel, (int, sympy.Integer)):
+        return f"symbolic sizes: extent {numel} x {rnumel}"
+    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts))
+    return Structure(key, slots, int(numel))
+
+
+def _independent(node: Any, members: list[Any]) -> bool:
+    return all(m.get_name() not in node.ancestors and node.get_name() not in m.ancestors for m in members)
+
+
+def _triton_backend(node: Any) -> Any:
+    """The Triton scheduling of the node's device, or None."""
+
+    backend = node.scheduler.get_backend(node.get_device())
+    if isinstance(backend, CUDACombinedScheduling):
+        backend = backend._triton_scheduling
+    return backend if isinstance(backend, TritonScheduling) else None
+
+
+def _tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
+    """The dimensions of Inductor's tiling for the node's kernel: ``("x",)``, ``("x", "r0_")``, ``("y", "x")``..."""
+    nodes = list(node.get_nodes())
+    _, (numel, rnumel) = node.group
+    schedule = backend.generate_node_schedule(nodes, numel, rnumel)
+    tiling = backend.select_tiling(schedule, numel, rnumel)
+    return tuple(prefix for prefix, extent in tiling.items() if prefix == "x" or extent != 1)
+
+
+@register
+class IdenticalKernelsToMemberTableKernel(SchedulerRule):
+    """N independent kernels with the same body → one kernel with a shared body and a member table.
+
+    Before (after Inductor's fusion; ``[torch.tanh(x) for x in xs]`` over 128 tensors of different row counts)::
+
+        SchedulerNode(buf0 = tanh(arg0_1))     # kernel 0, xnumel = 131072
+        SchedulerNode(buf1 = tanh(arg1_1))     # kernel 1, xnumel = 65536
+        ...                                     # 128 launches
+
+    After::
+
+        MemberTableGroup([buf0, buf1, ...])    # one launch:
+            xmember = <member whose blocks contain program_id(0)>     (from the table's block starts)
+            xnumel = <its numel>; in_ptr0 = <its arg>; out_ptr0 = <its buf>
+            <tanh body of one member, unchanged>
+
+    Groups are split, not abandoned, where merging would raise the estimated peak memory, where padding the members
+    to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``. Each decision is in the dump.
+    """
+
+    name = "IdenticalKernelsToMemberTableKernel"
+    pass_name = "horizontal"
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
+        backends: dict[Any, Any] = {}
+        left_out: dict[str, list[str]] = {}
+        for node in nodes:
+            structure = structure_of(node)
+            if isinstance(structure, Structure):
+                by_key.setdefault(structure.key, []).append((node, structure))
+            elif not structure.startswith("not a plain kernel"):
+                left_out.setdefault(structure.split(":")[0], []).append(node.get_name())
+        for reason, names in left_out.items():
+            record(self.name, False, names, f"not merged ({reason}): stock kernels")
+        for candidates in list(by_key.values()):
+            if len(candidates) < 2:
+                continue
+            names = [node.get_name() for node, _ in candidates]
+            backend = backends.setdefault(candidates[0][0].get_device(), _triton_backend(candidates[0][0]))
+            if backend is None:
+                record(self.name, False, names, "no Triton backend on this device")
+                continue
+            prefixes = _tiling_prefixes(backend, max(candidates, key=lambda c: c[1].numel)[0])
+            if prefixes not in (("x",), ("x", "r0_")):
+                record(self.name, False, names, f"tiling {prefixes}: only 1-d (x) and row-reduction (x, r0_) kernels")
+                continue
+            reduction = prefixes == ("x", "r0_")
+            for group in self._independent_groups(candidates):
+                for part in self._size_classes(group, reduction):
+                    nodes = self._merge_within_memory(nodes, part, reduction)
+        return nodes
+
+    def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
+        """Greedy partition, in schedule order, into sets with no path between any two members."""
+        groups: list[list[tuple[Any, Structure]]] = []
+        for candidate in candidates:
+            for group in groups:
+                if len(group) < MAX_MEMBERS and _independent(candidate[0], [m for m, _ in group]):
+                    group.append(candidate)
+                    break
+            else:
+                groups.append([candidate])
+        for group in groups[1:]:
+            record(
+                self.name, False, [m.get_name() for m, _ in group],
+                f"depend on members of the group of {groups[0][0][0].get_name()} (or over {MAX_MEMBERS}); own group",
+            )
+        return [g for g in groups if len(g) > 1]
+
+    def _size_classes(self, group: list[tuple[Any, Structure]], reduction: bool) -> list[list[tuple[Any, Structure]]]:
+        """Split by size where padding members to whole blocks costs more than a launch (``MAX_PADDING``).
+
+        Members start at multiples of a block size set by the group's largest member; smallest first, a member
+        that would make the group too padded starts the next group.
+        """
+        parts: list[list[tuple[Any, Structure]]] = []
+        for candidate in sorted(group, key=lambda c: c[1].numel):
+            if parts and not _too_padded(parts[-1] + [candidate], reduction):
+                parts[-1].append(candidate)
+            else:
+                parts.append([candidate])
+        if len(parts) > 1:
+            record(
+                self.name, False, [m.get_name() for m, _ in group],
+                f"sizes too different to pad to whole blocks: split into {len(parts)} groups by size",
+            )
+        return [p for p in parts if len(p) > 1]
+
+    def _merge_within_memory(self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool) -> list[Any]:
+        """Merge ``part``; where the estimated peak memory would rise, merge each half instead (recursively)."""
+        members = [m for m, _ in part]
+        merged = MemberTableGroup(members, [s for _, s in part], reduction)
+        candidate = _replace(nodes, members, merged)
+        before, after = _peak_memory(nodes), _peak_memory(candidate)
+        if after <= before:
+            record(
+                self.name, True, [m.get_name() for m in members],
+                f"{len(members)} kernels → one kernel ({merged.describe()})",
+            )
+            return candidate
+        _forget(merged, members)
+        record(
+            self.name, False, [m.get_name() for m in members],
+            f"estimated peak memory {before} → {after} bytes: split in two",
+        )
+        half = len(part) // 2
+        for piece in (part[:half], part[half:]):
+            if len(piece) > 1:
+                nodes = self._merge_within_memory(nodes, piece, reduction)
+        return nodes
+
+
+def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:
+    """Whether padding the members to whole blocks costs more than a split would (see ``MAX_PADDING``)."""
+    align = _align(max(s.numel for _, s in group), reduction)
+    real = sum(s.numel for _, s in group)
+    padding = sum(-(-s.numel // align) * align for _, s in group) - real
+    empty_blocks = padding if reduction else padding / 1024
+    return (real + padding) > MAX_PADDING * real and empty_blocks > MAX_EMPTY_BLOCKS
+
+
+def _align(max_numel: int, reduction: bool) -> int:
+    """Members start at multiples of this: a power of two no smaller than any block the heuristics can pick (the
+    kernel's size hint along x is capped at it where it is below the largest block)."""
+    return min(_MAX_REDUCTION_XBLOCK if reduction else _MAX_XBLOCK, 1 << (max_numel - 1).bit_length())
+
+
+def _replace(nodes: list[Any], members: list[Any], merged: Any) -> list[Any]:
+    scheduler = merged.scheduler
+    kept = sorted([n for n in nodes if n not in members] + [merged], key=lambda n: n.min_order)
+    return scheduler.topological_sort_schedule(kept)
+
+
+def _forget(merged: Any, members: list[Any]) -> None:
+    for member in members:
+        for name in member.get_operation_names():
+            merged.scheduler.name_to_fused_node[name] = member
+
+
+def _peak_memory(nodes: list[Any]) -> int:
+    """Bytes live at the peak when ``nodes`` run in this order: a buffer is allocated by the node that writes it and
+    freed after its last reader (graph outputs never); buffers read only inside their own kernel are never
+    allocated; graph inputs belong to the caller."""
+    scheduler = nodes[0].scheduler
+    outputs = set(V.graph.get_output_names())
+    last_read: dict[str, int] = {}
+    for step, node in enumerate(nodes):
+        for dep in node.read_writes.reads:
+            last_read[dep.name] = step
+    frees: dict[int, int] = {}
+    live = peak = 0
+    for step, node in enumerate(nodes):
+        for snode in node.get_nodes():
+            for buf in snode.get_outputs():
+                name = buf.get_name()
+                if name in V.graph.removed_buffers or _kernel_local(scheduler, buf):
+                    continue
+                size = V.graph.sizevars.size_hint(buf.node.get_numel(), fallback=0) * buf.node.get_dtype().itemsize
+                live += size
+                if name not in outputs:
+                    last = max(step, last_read.get(name, step))
+                    frees[last] = frees.get(last, 0) + size
+        peak = max(peak, live)
+        live -= frees.pop(step, 0)
+    return peak
+
+
+def _kernel_local(scheduler: Any, buf: Any) -> bool:
+    """Whether every reader of ``buf`` is in the kernel that writes it (Inductor then never allocates it)."""
+    own = scheduler.name_to_fused_node[buf.defining_op_name()]
+    return all(
+        user.is_weak or scheduler.name_to_fused_node.get(user.get_name()) is own for user in buf.users
+    ) and buf.get_name() not in V.graph.get_output_names()
+
+
+class MemberTableGroup(ForeachKernelSchedulerNode):
+    """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
+
+    def __init__(self, members: list[Any], structures: list[Structure], reduction: bool) -> None:
+        super().__init__(members[0].scheduler, members, use_custom_partition_algo=False, enable_autotune=False)
+        self.members, self.structures, self.reduction = members, structures, reduction
+        self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
+        _install_codegen()
+
+    def describe(self) -> str:
+        numels = sorted({s.numel for s in self.structures})
+        sizes = f"ragged: {len(numels)} sizes" if len(numels) > 1 else f"{numels[0]} each"
+        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}, member table"
+
+
+# ------------------------------------------------------------------------------------------------------- codegen
+
+
+@functools.cache
+def _install_codegen() -> None:
+    """Route :class:`MemberTableGroup` nodes to :func:`codegen_member_table_group` (other combo kernels: stock)."""
+
+    stock = SIMDScheduling.codegen_combo_kernel
+
+    @functools.wraps(stock)
+    def codegen_combo_kernel(self: Any, node: Any) -> None:
+        if isinstance(node, MemberTableGroup):
+            return codegen_member_table_group(self, node)
+        return stock(self, node)
+
+    SIMDScheduling.codegen_combo_kernel = codegen_combo_kernel
+
+
+def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
+    """Emit one kernel for the group: Inductor's kernel for its largest member, made to serve every member.
+
+    If making that kernel's source fails, each member gets its stock kernel instead (the error goes to the dump).
+    """
+    order = sorted(range(len(group.members)), key=lambda i: -group.structures[i].numel)
+    members = [group.members[i] for i in order]
+    structures = [group.structures[i] for i in order]
+    rep = members[0]
+    nodes = list(rep.get_nodes())
+    _, (numel, rnumel) = rep.group
+    try:
+        schedule = backend.generate_node_schedule(nodes, numel, rnumel)
+        tiling = backend.select_tiling(schedule, numel, rnumel)
+        kernel = MemberTableKernel(
+            tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
+            reduction=group.reduction,
+        )
+        with config.patch(inplace_buffers=False):  # each member writes its own outputs
+            backend.codegen_node_schedule_with_kernel(schedule, kernel)
+        with V.set_kernel_handler(kernel):
+            src_code = kernel.codegen_kernel()
+    except Exception as error:  # a rule must never fail a compile
+        log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=True)
+        record(
+            IdenticalKernelsToMemberTableKernel.name, False, [m.get_name() for m in members],
+            f"internal error in codegen {error!r}; stock kernels",
+        )
+        _codegen_one_by_one(backend, group)
+        return
+    kernel_name = backend.define_kernel(src_code, schedule, kernel)
+    kernel.kernel_name = kernel_name
+    with V.set_kernel_handler(kernel):
+        for member in members:
+            for node in member.get_nodes():
+                node.mark_run()
+    backend.codegen_comment(schedule, kernel_name)
+    kernel.call_kernel(kernel_name)
+    # what the kernel found it needs not write for its member (buffers used only inside it), for every member
+    for structure in structures[1:]:
+        rename = dict(zip(structures[0].slots, structure.slots))
+        V.graph.removed_buffers |= {rename.get(name, name) for name in kernel.removed_buffers}
+    V.graph.removed_buffers |= kernel.removed_buffers
+    backend.free_buffers_in_scheduler()
+
+
+def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
+    """Stock kernels for the members, in order, each freeing the buffers it is the last to read."""
+    scheduler = group.scheduler
+    last_usage = set(group.last_usage)
+    scheduler.buffer_names_to_free -= last_usage
+    for i, member in enumerate(group.members):
+        later = set().union(*(m.used_or_aliased_buffer_names() for m in group.members[i + 1 :]))
+        scheduler.buffer_names_to_free |= (last_usage & member.used_or_aliased_buffer_names()) - later
+        backend.codegen_node(member)
+
+
+_TRITON_DTYPE = {
+    "fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4nv": "float8e4nv",
+    "fp8e5": "float8e5", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "int1",
+    "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8",
+}
+
+
+class MemberTableKernel(TritonKernel):
+    """Inductor's Triton kernel for one member, with a prologue that makes it serve every member of a group.
+
+    Member ``m`` owns the blocks ``[starts[m], starts[m] + padded numel) / XBLOCK``. Every tensor argument
+    receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel.
+    """
+
+    def __init__(self, *args: Any, structures: list[Structure], reduction: bool, **kwargs: Any) -> None:
+        self.structures = structures
+        numels = [s.numel for s in structures]
+        self.align = _align(numels[0], reduction)
+        padded = [-(-n // self.align) * self.align for n in numels]
+        self.starts = [sum(padded[:i]) for i in range(len(padded))]
+        self.total = sum(padded)
+        self.uniform = len(set(numels)) == 1
+        # the heuristics pick blocks no larger than the size hint: at most align, or any size for large pointwise
+        large_pointwise = not reduction and self.align == _MAX_XBLOCK
+        self.size_hint_x = 1 << (self.total - 1).bit_length() if large_pointwise else self.align
+        self.pad_to = 1 << (len(numels) - 1).bit_length()
+        super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
+
+    def _has_constant_mask(self, tree: Any) -> bool:
+        if tree.prefix == "x" and any(s.numel % self.align for s in self.structures):
+            return False
+        return super()._has_constant_mask(tree)
+
+    def iteration_ranges_get_pid(self, entry: Any) -> str:
+        if entry.prefix == "x":
+            return "xblock"
+        return super().iteration_ranges_get_pid(entry)
+
+    def codegen_kernel(self, name: str | None = None) -> str:
+        numel = self.numels["x"]
+        self.numels["x"] = self.size_hint_x
+        try:
+            return super().codegen_kernel(name)
+        finally:
+            self.numels["x"] = numel
+
+    def codegen_static_numels(self, code: Any) -> None:
+        stock = IndentedBuffer()
+        super().codegen_static_numels(stock)
+        for line in stock.getvalue().splitlines():
+            if not line.startswith("xnumel = "):
+                code.writeline(line)
+        n = len(self.structures)
+        small = self.index_dtype == "tl.int32" and self.total < 2**31
+        pid = "tl.program_id(0)" if small else "tl.program_id(0).to(tl.int64)"
+        code.writeline(f"xstart = {pid} * XBLOCK")
+        tensor_args = self._tensor_args()
+        code.writeline(f"xtable = {tensor_args[0][0]}.to(tl.pointer_type(tl.int64))")
+        if self.uniform:
+            padded = self.total // n
+            code.writeline(f"xmember = xstart // {padded}")
+            code.writeline(f"xblock = (xstart - xmember * {padded}) // XBLOCK")
+            code.writeline(f"xnumel = {self.structures[0].numel}")
+        else:
+            code.writeline(f"xmembers = tl.arange(0, {self.pad_to})")
+            code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
+            code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
+            code.writeline(f"xnumel = tl.load(xtable + {self.pad_to} + xmember)")
+        for slot, (arg, dtype) in enumerate(tensor_args):
+            row = self.pad_to + n * (slot + 1)
+            code.writeline(f"{arg} = tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))")
+
+    def _tensor_args(self) -> list[tuple[str, str]]:
+        signature = self.triton_meta["signature"]
+        return [
+            (arg, _TRITON_DTYPE[kind[1:]])
+            for arg, kind in signature.items()
+            if isinstance(kind, str) and kind.startswith("*")
+        ]
+
+    def call_kernel(self, name: str, node: Any = None, deallocate_ws: bool = True) -> None:
+        wrapper = V.graph.wrapper_code
+        wrapper.write_triton_header_once()
+        argdefs, call_args, _, arg_types = self.args.python_argdefs()
+        argdefs = [a.name for a in argdefs]
+        tensor_args = {arg for arg, _ in self._tensor_args()}
+        table = f"{name}_members"
+        rep_slots = self.structures[0].slots
+        by_slot = []
+        for arg_name, outer in zip(argdefs, call_args):
+            if arg_name in tensor_args:
+                slot = rep_slots.index(outer)
+                by_slot.extend(s.slots[slot] for s in self.structures)
+        wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
+        wrapper.header.writeline(
+            f"{table} = MemberTable({self.starts!r}, {[s.numel for s in self.structures]!r}, {self.pad_to})"
+        )
+        wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)})")
+        call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
+        first_numel = len(call_args)
+        self.add_numel_to_call_args(name, call_args, arg_types)
+        call_args[first_numel] = str(self.total)  # x: the members' blocks, end to end (the grid)
+        wrapper.generate_kernel_call(
+            name, call_args, triton=True, arg_types=arg_types,
+            triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,
+        )
+        wrapper.writeline(f"del {table}_now")

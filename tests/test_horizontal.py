@@ -1,0 +1,206 @@
+"""IdenticalKernelsToMemberTableKernel: where it must merge, where it must not, how it splits groups, and the
+member table the merged kernels read at run time. Golden kernels and their numerics are in test_golden.py."""
+
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import torch
+
+import optimus_ir
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.registry import recording
+from optimus_ir.runtime import MemberTable
+from optimus_ir.scheduler_hooks import horizontal
+from optimus_ir.scheduler_hooks.horizontal import IdenticalKernelsToMemberTableKernel, Structure
+
+RULE = "IdenticalKernelsToMemberTableKernel"
+
+
+def _fired(report):
+    return [r for r in report.rewrites if r.rule == RULE and r.fired]
+
+
+def _rejected(report):
+    return [r for r in report.rewrites if r.rule == RULE and not r.fired]
+
+
+def _run_in_interpreter(fn, inputs, **compile_kwargs):
+    """Compile with the horizontal pass, run the kernels on CPU, return (outputs, eager outputs, records)."""
+    expected = fn(*[x.clone() for x in inputs])
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(fn, **compile_kwargs)(*inputs)
+    return actual, expected, [r for r in records if r.rule == RULE]
+
+
+# ---------------------------------------------------------------------------------------------------- merges
+
+
+def test_ragged_pointwise_members_merge_into_one_kernel_and_compute_each_member():
+    def fn(*xs):
+        return [torch.sigmoid(x) * x for x in xs]
+
+    inputs = [torch.randn(rows, 40) for rows in (5, 300, 64, 1, 64, 129)]
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert [r.nodes for r in records if r.fired] and len([r for r in records if r.fired]) == 1
+    assert "ragged: 5 sizes" in [r for r in records if r.fired][0].detail
+    torch.testing.assert_close(actual, expected)
+
+
+def test_members_of_different_dtypes_form_one_group_per_dtype():
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = [torch.randn(32, 64) for _ in range(3)] + [torch.randn(32, 64, dtype=torch.bfloat16) for _ in range(3)]
+    report = compile_report(fn, tuple(inputs))
+    assert len(report.launches) == 2
+    assert len(_fired(report)) == 2
+
+
+def test_members_reading_a_shared_weight_merge():
+    def fn(w, *xs):
+        return [torch.relu(x * w) for x in xs]
+
+    report = compile_report(fn, (torch.randn(64), *[torch.randn(16, 64) for _ in range(5)]))
+    assert len(report.launches) == 1
+
+
+# --------------------------------------------------------------------------------------------- must not fire
+
+
+def test_dependent_nodes_are_not_merged():
+    def fn(x, *ws):
+        outs = []
+        for w in ws:  # each step reads the previous one: a chain, not a group (a mm breaks Inductor's fusion)
+            x = torch.tanh(x @ w)
+            outs.append(x)
+        return outs
+
+    inputs = (torch.randn(16, 16), *[torch.randn(16, 16) for _ in range(4)])
+    stock = compile_report(fn, inputs, passes=None)
+    report = compile_report(fn, inputs, passes="horizontal")
+    assert not _fired(report)
+    assert len(report.launches) == len(stock.launches)
+
+
+def test_different_bodies_are_not_merged():
+    def fn(*xs):
+        return [torch.tanh(x) if i % 2 else torch.sigmoid(x) for i, x in enumerate(xs)]
+
+    report = compile_report(fn, tuple(torch.randn(32, 32) for _ in range(6)), passes="horizontal")
+    assert len(report.launches) == 2  # the three tanh and the three sigmoid
+    assert len(_fired(report)) == 2
+
+
+def test_mutating_nodes_are_left_to_stock_and_results_stay_right():
+    def fn(*xs):
+        for x in xs:
+            x.mul_(2).add_(1)
+        return xs[0] + 0
+
+    inputs = [torch.randn(16, 32) for _ in range(4)]
+    expected = [x * 2 + 1 for x in inputs]
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        torch.compile(fn)(*inputs)
+    records = [r for r in records if r.rule == RULE]
+    assert not any(r.fired for r in records)
+    assert any("mutation" in r.detail for r in records)
+    torch.testing.assert_close(inputs, expected)
+
+
+def test_dynamic_shapes_fall_back_with_the_reason():
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = [torch.randn(8 + i, 16) for i in range(4)]
+    actual, expected, records = _run_in_interpreter(fn, inputs, dynamic=True)
+    assert not any(r.fired for r in records)
+    assert any("symbolic sizes" in r.detail for r in records)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_merging_that_would_raise_peak_memory_is_split():
+    # each tanh frees its mm output right away in stock order; merged, all mm outputs would be alive at once
+    def fn(w, *xs):
+        return [torch.tanh(x @ w) for x in xs]
+
+    inputs = (torch.randn(64, 64), *[torch.randn(64, 64) for _ in range(4)])
+    stock = compile_report(fn, inputs, passes=None)
+    report = compile_report(fn, inputs, passes="horizontal")
+    whole = [r for r in _rejected(report) if "estimated peak memory" in r.detail]
+    assert whole and len(whole[0].nodes) == 4  # all four at once rejected, then halves tried
+    assert len(stock.launches) > len(report.launches) > len(stock.launches) - 4
+
+
+def test_more_members_than_the_limit_are_split_into_several_groups():
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    with mock.patch.object(horizontal, "MAX_MEMBERS", 4):
+        report = compile_report(fn, tuple(torch.randn(8, 32) for _ in range(10)), passes="horizontal")
+    assert len(report.launches) == 3
+    assert [len(r.nodes) for r in _fired(report)] == [4, 4, 2]
+
+
+def test_members_too_different_in_size_are_split_by_size():
+    def group(numels):
+        return [(SimpleNamespace(get_name=lambda i=i: f"op{i}"), Structure((), [], n)) for i, n in enumerate(numels)]
+
+    rule = IdenticalKernelsToMemberTableKernel()
+    # pointwise members start at multiples of 4096 elements: 3000 one-element members next to a 4M-element one
+    # would launch ~12000 empty blocks and triple the work: the small ones go in a group of their own
+    with recording() as records:
+        parts = rule._size_classes(group([2**22] + [1] * 3000), reduction=False)
+    assert [len(p) for p in parts] == [3000]
+    assert "split into 2 groups by size" in records[0].detail
+    # a little padding (here 3 x 255 rows next to 1000-row members) is cheaper than another launch
+    assert [len(p) for p in rule._size_classes(group([1000] * 10 + [1] * 3), reduction=True)] == [13]
+    assert [len(p) for p in rule._size_classes(group([512 + 32 * i for i in range(48)]), reduction=True)] == [48]
+
+
+def test_codegen_error_falls_back_to_stock_kernels():
+    def fn(*xs):
+        return [torch.tanh(x) * 3 for x in xs]
+
+    inputs = [torch.randn(16, 32) for _ in range(4)]
+    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
+        actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert any("internal error in codegen" in r.detail and "boom" in r.detail for r in records)
+    torch.testing.assert_close(actual, expected)
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+def test_member_table_layout():
+    table = MemberTable(starts=[0, 4096, 8192], numels=[4000, 100, 4096], pad_to=4)
+    xs = [torch.zeros(3), torch.zeros(5), torch.zeros(7)]
+    ys = [torch.zeros(3), torch.zeros(5), torch.zeros(7)]
+    values = table(*xs, *ys).tolist()
+    assert values[:4] == [0, 4096, 8192, 2**63 - 1]
+    assert values[4:7] == [4000, 100, 4096]
+    assert values[7:] == [t.data_ptr() for t in xs + ys]
+
+
+def test_member_table_is_cached_by_addresses():
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
+    a, b, c = torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    first = table(a, b)
+    assert table(a, b) is first  # same addresses: no new table
+    assert table(b, a) is not first
+    table(a, c)
+    table(c, a)  # the cache holds 2: (a, b) is evicted
+    assert table(a, b) is not first
+    assert table(a, b).tolist() == first.tolist()
+
+
+@pytest.mark.parametrize("rows", [(3, 3, 3), (1, 2, 1000)])
+def test_row_reductions_of_any_row_counts(rows):
+    def fn(*xs):
+        return [x.amax(dim=1) for x in xs]
+
+    inputs = [torch.randn(r, 70) for r in rows]
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert sum(r.fired for r in records) == 1
+    torch.testing.assert_close(actual, expected)
