@@ -55,7 +55,8 @@ class MemberTable:
         return table
 
     def _build(self, addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
-        host = torch.tensor([*self.constant, *addresses], dtype=torch.int64)
+        # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
+        host = torch.tensor([*self.constant, *addresses], dtype=torch.int64, device="cpu")
         if device.type == "cpu":
             return host
         # asynchronous (and capturable) only from pinned memory; the caching host allocator keeps the pinned block

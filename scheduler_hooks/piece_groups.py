@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimus_ir.registry import SchedulerRule, record, register
+from optimus_ir.scheduler_hooks.node_graph import independent, replace_with_group
 
 
 @register
@@ -52,7 +53,7 @@ class PieceGroupToComboKernel(SchedulerRule):
                     record(self.name, False, [name], f"fused into {node.get_name()} with other buffers; left there")
                 elif node.is_reduction() or node.is_template() or node.is_extern():
                     record(self.name, False, [name], "not a pointwise kernel")
-                elif any(m.get_name() in node.ancestors or node.get_name() in m.ancestors for m in members):
+                elif not independent(node, members):
                     record(self.name, False, [name], "depends on another member")
                 else:
                     members.append(node)
@@ -65,10 +66,12 @@ class PieceGroupToComboKernel(SchedulerRule):
             merged = ForeachKernelSchedulerNode(
                 members[0].scheduler, members, use_custom_partition_algo=False, enable_autotune=False
             )
-            scheduler = members[0].scheduler
-            scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
-            kept = sorted([n for n in nodes if n not in members] + [merged], key=lambda n: n.min_order)
-            nodes = scheduler.topological_sort_schedule(kept)
+            ordered = replace_with_group(nodes, members, merged)
+            if ordered is None:
+                record(self.name, False, [m.get_name() for m in members], "no schedule runs them together")
+                continue
+            merged.scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
+            nodes = ordered
             record(self.name, True, [m.get_name() for m in members], f"{len(members)} kernels → one kernel")
         return nodes
 

@@ -1,0 +1,29 @@
+"""Dependency questions about scheduler nodes, shared by the scheduler rules that group nodes into one kernel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def independent(node: Any, others: list[Any]) -> bool:
+    """No path between ``node`` and any of ``others`` in the dependency graph.
+
+    ``ancestors`` holds operation names (``op3``), and a fused node has several, so compare those, not node names.
+    """
+    own = set(node.get_operation_names())
+    return all(
+        not (own & other.ancestors) and not (set(other.get_operation_names()) & node.ancestors) for other in others
+    )
+
+
+def replace_with_group(nodes: list[Any], members: list[Any], group: Any) -> list[Any] | None:
+    """``nodes`` with ``members`` replaced by ``group``, in a topological order; None if no order exists (a node
+    outside the group would have to run both after one member and before another)."""
+    scheduler = group.scheduler
+    kept = sorted([n for n in nodes if n not in members] + [group], key=lambda n: n.min_order)
+    ordered = scheduler.topological_sort_schedule(kept)
+    written_by = {name: i for i, node in enumerate(ordered) for name in node.get_buffer_names()}
+    for i, node in enumerate(ordered):
+        if any(written_by.get(dep.name, -1) > i for dep in node.unmet_dependencies):
+            return None
+    return ordered
