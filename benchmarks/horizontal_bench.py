@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,24 +162,22 @@ def reduce_overhead_rows() -> list[dict]:
             continue
         for passes in (None, "all"):
             torch._dynamo.reset()
-            with optimus_ir.enabled(passes), recording() as records:
-                run = torch.compile(fn, mode="reduce-overhead")
-                worst = 0.0
-                for _ in range(5):
+            row = {"workload": f"{name} reduce-overhead", "variant": "optimus_ir" if passes else "stock"}
+            try:
+                with optimus_ir.enabled(passes), recording() as records:
+                    run = torch.compile(fn, mode="reduce-overhead")
+                    worst = 0.0
+                    for _ in range(5):
+                        inputs = make(dtype, False)
+                        worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
                     inputs = make(dtype, False)
-                    worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
-                inputs = make(dtype, False)
-                call = lambda: run(*inputs)  # noqa: E731
-                ms = cuda_time_ms(call)
-            rows.append(
-                {
-                    "workload": f"{name} reduce-overhead",
-                    "variant": "optimus_ir" if passes else "stock",
-                    "ms/call": ms,
-                    "max rel err (5 calls, new inputs)": worst,
-                    "merged": sum(r.fired for r in records),
-                }
-            )
+                    row["ms/call"] = cuda_time_ms(lambda: run(*inputs))
+                row["max rel err (5 calls, new inputs)"] = worst
+                row["merged"] = sum(r.fired for r in records)
+            except Exception as error:  # record it, measure the rest
+                traceback.print_exc()
+                row["error"] = repr(error)[:300]
+            rows.append(row)
             print(rows[-1], flush=True)
     return rows
 
@@ -203,15 +202,20 @@ def dynamic_rows() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--parts", default="inference,training,graphs", help="comma list of the parts to run")
     args = parser.parse_args()
     bandwidth = copy_bandwidth_bytes_per_ms()
     meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
-    inference = inference_rows(bandwidth)
-    write_results(args.out, "horizontal", meta, inference, list(inference[0]))
-    training = training_rows()
-    write_results(args.out, "horizontal_training", meta, training, list(training[0]))
-    graphs = reduce_overhead_rows() + dynamic_rows()
-    write_results(args.out, "horizontal_cuda_graphs_dynamic", meta, graphs, sorted({k for r in graphs for k in r}))
+    if "inference" in args.parts:
+        inference = inference_rows(bandwidth)
+        write_results(args.out, "horizontal", meta, inference, list(inference[0]))
+    if "training" in args.parts:
+        training = training_rows()
+        write_results(args.out, "horizontal_training", meta, training, list(training[0]))
+    if "graphs" in args.parts:
+        graphs = reduce_overhead_rows() + dynamic_rows()
+        columns = list(dict.fromkeys(k for r in graphs for k in r))
+        write_results(args.out, "horizontal_cuda_graphs_dynamic", meta, graphs, columns)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Run-time support of the code optimus_ir generates: the per-call member table of a shared-body kernel.
 
-A kernel made by ``IdenticalKernelsToMemberTableKernel`` serves N members. Where each member's block starts, how many
+A kernel made by ``IdenticalKernelsToMemberTableKernel`` serves N members. Where each member's blocks start, how many
 elements it has, and the address of each of its tensors are read from one int64 table on the kernel's device::
 
     [ block starts of the members, padded to a power of two with INT64_MAX ]   (constant)
@@ -8,8 +8,13 @@ elements it has, and the address of each of its tensors are read from one int64 
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
-``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. A table made or used while a CUDA graph is
-being captured is kept for the life of the process: the graph's replays read it at that address.
+``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy.
+
+CUDA graphs: a graph replays the copy that filled the table, from the same host memory, into the same device memory.
+So a table filled while a graph is being captured comes from one of a few pinned host / device buffer pairs made
+outside any capture (on the first call) and never written again: every replay rewrites the same addresses, which
+are the graph's addresses. Cudagraph trees copy new inputs into the graph's own buffers, so replays with new
+inputs stay right.
 """
 
 from __future__ import annotations
@@ -26,32 +31,33 @@ _INT64_MAX = 2**63 - 1
 class MemberTable:
     """The member table of one shared-body kernel: its constant part, and a cache of full tables by addresses."""
 
-    def __init__(self, starts: list[int], numels: list[int], pad_to: int, cache_size: int = 16) -> None:
+    def __init__(
+        self, starts: list[int], numels: list[int], pad_to: int, cache_size: int = 16, capture_buffers: int = 4
+    ) -> None:
         self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels]
         self.cache_size = cache_size
+        self.capture_buffers = capture_buffers
         self._recent: collections.OrderedDict[tuple[object, ...], torch.Tensor] = collections.OrderedDict()
-        self._kept: dict[tuple[object, ...], torch.Tensor] = {}
+        self._captured: dict[tuple[object, ...], torch.Tensor] = {}
+        self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member, then slot 1 of every member, ..."""
         device = tensors[0].device
         key = (device, *[t.data_ptr() for t in tensors])
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        table = self._kept.get(key)
-        if table is not None:
-            return table
+        if device.type == "cuda":
+            if self._unused_capture_buffers is None:
+                self._make_capture_buffers(device, len(key) - 1)
+            if torch.cuda.is_current_stream_capturing():
+                return self._for_capture(key)
         table = self._recent.get(key)
         if table is None:
             table = self._build(key[1:], device)
-        else:
-            self._recent.move_to_end(key)
-        if capturing:
-            self._kept[key] = table
-            self._recent.pop(key, None)
-        else:
             self._recent[key] = table
             if len(self._recent) > self.cache_size:
                 self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
         return table
 
     def _build(self, addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
@@ -59,9 +65,27 @@ class MemberTable:
         host = torch.tensor([*self.constant, *addresses], dtype=torch.int64, device="cpu")
         if device.type == "cpu":
             return host
-        # asynchronous (and capturable) only from pinned memory; the caching host allocator keeps the pinned block
-        # until the copy is done, and a table kept for a captured graph keeps its source alive with it
-        pinned = host.pin_memory()
-        table = pinned.to(device, non_blocking=True)
-        table._optimus_ir_source = pinned  # type: ignore[attr-defined]
+        # asynchronous only from pinned memory; the caching host allocator keeps the block until the copy is done
+        return host.pin_memory().to(device, non_blocking=True)
+
+    def _make_capture_buffers(self, device: torch.device, addresses: int) -> None:
+        size = len(self.constant) + addresses
+        self._unused_capture_buffers = [
+            (torch.empty(size, dtype=torch.int64, pin_memory=True), torch.empty(size, dtype=torch.int64, device=device))
+            for _ in range(self.capture_buffers)
+        ]
+
+    def _for_capture(self, key: tuple[object, ...]) -> torch.Tensor:
+        table = self._captured.get(key)
+        if table is not None:
+            return table
+        if not self._unused_capture_buffers:
+            raise RuntimeError(
+                f"optimus_ir: more than {self.capture_buffers} CUDA graphs captured with different addresses for one "
+                "merged kernel; set OPTIMUS_IR=splitcat to turn the horizontal pass off for this program"
+            )
+        host, table = self._unused_capture_buffers.pop()
+        host.copy_(torch.tensor([*self.constant, *key[1:]], dtype=torch.int64, device="cpu"))
+        table.copy_(host, non_blocking=True)  # captured: replays copy these (never rewritten) host values
+        self._captured[key] = table
         return table
