@@ -71,7 +71,10 @@ class MemberTable:
     def _make_capture_buffers(self, device: torch.device, addresses: int) -> None:
         size = len(self.constant) + addresses
         self._unused_capture_buffers = [
-            (torch.empty(size, dtype=torch.int64, pin_memory=True), torch.empty(size, dtype=torch.int64, device=device))
+            (
+                torch.empty(size, dtype=torch.int64, device="cpu", pin_memory=True),
+                torch.empty(size, dtype=torch.int64, device=device),
+            )
             for _ in range(self.capture_buffers)
         ]
 
