@@ -10,13 +10,15 @@ which a rule falls back to stock Inductor:
 - :func:`fold_pieces`: one expression over the whole run of pieces, from the first piece's and the step.
 - :func:`join_div_mod`: ``c*FloorDiv(x, c) + ModularIndexing(x, 1, c)`` is ``x``.
 - :func:`bounded_div_mod`: ``FloorDiv``/``ModularIndexing`` whose argument's proven range fits one quotient.
+- :func:`tile_strided`: do strided views of one storage lie side by side along a dimension, and as which view?
+- :func:`piece_containing`: which piece of a cat contains a slice ``[lo, hi)`` of it?
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
@@ -27,7 +29,9 @@ __all__ = [
     "fold_pieces",
     "is_static",
     "join_div_mod",
+    "piece_containing",
     "piece_starts",
+    "tile_strided",
 ]
 
 
@@ -159,3 +163,89 @@ def bounded_div_mod(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, sympy.Expr |
         return e if periods is None else quotient - periods * modulus
 
     return expr.replace(lambda e: isinstance(e, (FloorDiv, ModularIndexing)), rewrite)
+
+
+def _proven_equal(a: sympy.Expr | int, b: sympy.Expr | int) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _sympy_leq(a: sympy.Expr | int, b: sympy.Expr | int) -> bool:
+    return sympy.expand(sympy.sympify(b) - sympy.sympify(a)).is_nonnegative is True
+
+
+def tile_strided(
+    pieces: Sequence[tuple[Sequence[sympy.Expr | int], Sequence[sympy.Expr | int], sympy.Expr | int]], dim: int
+) -> tuple[list[sympy.Expr], list[sympy.Expr], sympy.Expr] | None:
+    """The one strided view that strided views ``(size, stride, offset)`` of one storage form when laid side by side
+    along ``dim`` in this order, or None unless that is proven.
+
+    Proven means: equal sizes off ``dim``, equal strides off ``dim`` (where the size is not 1: a stride over one
+    element is never used), one stride ``S > 0`` along ``dim`` (pieces of one element along ``dim`` take it from
+    the distance between offsets), and each piece starting where the previous one ends:
+    ``offset[i+1] == offset[i] + size[i][dim] * S``. Equalities are decided by sympy expansion, so symbolic sizes
+    count only where sympy proves them. Pieces must be non-empty along ``dim``.
+
+    >>> tile_strided([([8, 3], [16, 1], 2), ([8, 4], [16, 1], 5)], 1)   # x[:, 2:5], x[:, 5:9] of an [8, 16] x
+    ([8, 7], [16, 1], 2)
+    """
+    if not pieces:
+        return None
+    sizes = [[sympy.sympify(s) for s in size] for size, _, _ in pieces]
+    strides = [[sympy.sympify(s) for s in stride] for _, stride, _ in pieces]
+    offsets = [sympy.sympify(offset) for _, _, offset in pieces]
+    rank = len(sizes[0])
+    if not 0 <= dim < rank or any(len(s) != rank or len(t) != rank for s, t in zip(sizes, strides)):
+        return None
+    out_stride = list(strides[0])
+    for k in range(rank):
+        if k == dim:
+            continue
+        if not all(_proven_equal(size[k], sizes[0][k]) for size in sizes):
+            return None
+        if sizes[0][k] == 1:
+            continue
+        if not all(_proven_equal(stride[k], strides[0][k]) for stride in strides):
+            return None
+    along = [stride[dim] for size, stride in zip(sizes, strides) if size[dim] != 1]
+    if along:
+        step = along[0]
+        if not all(_proven_equal(s, step) for s in along):
+            return None
+    elif len(pieces) > 1:
+        step = sympy.expand(offsets[1] - offsets[0])
+    else:
+        step = strides[0][dim]
+    if sympy.sympify(step).is_positive is not True:
+        return None
+    for i in range(len(pieces) - 1):
+        if not _proven_equal(offsets[i + 1], offsets[i] + sizes[i][dim] * step):
+            return None
+    out_size = list(sizes[0])
+    out_size[dim] = sympy.Add(*(size[dim] for size in sizes))
+    out_stride[dim] = step
+    return out_size, out_stride, offsets[0]
+
+
+def piece_containing(
+    starts: Sequence[sympy.Expr | int],
+    sizes: Sequence[sympy.Expr | int],
+    lo: sympy.Expr | int,
+    hi: sympy.Expr | int,
+    known_leq: Callable[[sympy.Expr, sympy.Expr], bool] | None = None,
+) -> int | None:
+    """The index of the piece ``[starts[i], starts[i] + sizes[i])`` that contains ``[lo, hi)``, or None unless one
+    provably does. ``known_leq(a, b)`` must return True only when ``a <= b`` is proven (default: sympy's sign
+    of the expanded difference; pass ``V.graph.sizevars.statically_known_leq`` to use the shape environment).
+
+    >>> piece_containing([0, 16, 32], [16, 16, 8], 18, 30)
+    1
+    >>> piece_containing([0, 16, 32], [16, 16, 8], 8, 24) is None       # straddles pieces 0 and 1
+    True
+    """
+    leq = known_leq or _sympy_leq
+    lo, hi = sympy.sympify(lo), sympy.sympify(hi)
+    for i, (start, size) in enumerate(zip(starts, sizes)):
+        start, size = sympy.sympify(start), sympy.sympify(size)
+        if leq(start, lo) and leq(hi, start + size) and leq(lo, hi):
+            return i
+    return None

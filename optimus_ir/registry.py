@@ -29,6 +29,7 @@ log = logging.getLogger("optimus_ir")
 
 __all__ = [
     "LoweringRule",
+    "NotApplicable",
     "Reject",
     "RewriteRecord",
     "SchedulerRule",
@@ -42,6 +43,11 @@ __all__ = [
 
 class Reject(Exception):
     """Raised by a rule that does not apply; the message says why (it goes to the dump)."""
+
+
+class NotApplicable(Reject):
+    """Raised by a rule for inputs that are not of its kind at all (a slice of something that is not a cat): the
+    driver moves on without recording it, so the dump lists the decisions about real candidates only."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +104,7 @@ def register(rule_class: type) -> type:
 
 def _load_rules() -> None:
     """Import the modules that define rules (they register themselves)."""
+    import optimus_ir.lowering.views  # noqa: F401  (first: its cat rule must be tried before SplitCatToPointwise)
     import optimus_ir.lowering.split_cat  # noqa: F401
     import optimus_ir.scheduler_hooks.horizontal  # noqa: F401
     import optimus_ir.scheduler_hooks.piece_groups  # noqa: F401
@@ -168,6 +175,8 @@ class _LoweringDriver:
         for rule in active:
             try:
                 result, detail = rule.rewrite(*args, **kwargs)
+            except NotApplicable:
+                continue
             except Reject as reason:
                 record(rule.name, False, nodes, str(reason))
             except Exception as error:  # a rule must never fail a compile

@@ -100,6 +100,46 @@ def split_scale_cat_training(x):
     return torch.cat([p * 3 for p in reversed(x.split(16, dim=1))], dim=1)
 
 
+def cat_split_slices_mm(x, w):
+    # columns 32..95 of x, split and glued back in order: a view of x, read by the matmul (no copy kernel)
+    return torch.cat(x.split(16, dim=1)[2:6], dim=1) @ w
+
+
+def stack_unbind_view_mm(x, w):
+    # through a reshape: rows 1..2 of x.view(8, 4, 16), stacked back and flattened: x[:, 16:48] as a view
+    return torch.stack(x.view(8, 4, 16).unbind(1)[1:3], dim=1).flatten(1) @ w
+
+
+def _ops_of_six_pieces(ps):
+    return torch.relu(ps[0]) + torch.sin(ps[1]) * torch.cos(ps[2]) + torch.tanh(ps[3]) - torch.sigmoid(ps[4]) * ps[5]
+
+
+def cat_split_with_other_sizes(a, b, c, d, e):
+    # round trip with other sizes than the cat's (Inductor's FX pass only undoes equal sizes); every piece lies
+    # inside one input: the kernel reads the inputs, the cat is never written
+    return _ops_of_six_pieces(torch.cat([a, b, c, d, e], dim=1).split([16] * 6, dim=1))
+
+
+def cat_chunk_consumers(a, b, c, d, e):
+    return _ops_of_six_pieces(torch.cat([a, b, c, d, e], dim=1).chunk(6, dim=1))
+
+
+def cat_slices_consumers(a, b, c, d, e):
+    t = torch.cat([a, b, c, d, e], dim=1)
+    return torch.relu(t[:, 20:28]) * torch.sin(t[:, 40:48]) + torch.cos(t.narrow(1, 66, 8))
+
+
+def _five_inputs_one_wide() -> tuple[torch.Tensor, ...]:
+    return tuple(torch.randn(8, width) for width in (16, 32, 16, 16, 16))
+
+
+def cat_with_reduction_slices(*xs):
+    # a ConcatKernel (one input is a reduction): stock copies the 8 inputs into it (one foreach kernel) and the sum
+    # writes its column; both slices lie inside inputs, so nothing reads the cat: it and its writers are removed
+    t = torch.cat([*xs[:-1], xs[-1].sum(1, keepdim=True)], dim=1)
+    return torch.relu(t[:, 4:12]) + t[:, 20:28]
+
+
 CASES = [
     Case("split64_relu_cat_reversed", split64_relu_cat_reversed, _randn(64, 4096), 64, 1, ("SplitCatToPointwise",)),
     Case("split64_relu_cat", split64_relu_cat, _randn(64, 4096), 64, 1, ("SplitCatToPointwise",)),
@@ -165,6 +205,58 @@ CASES = [
         20,
         2,
         ("SplitCatToPointwise",),
+    ),
+    Case(
+        "cat_split_slices_mm",
+        cat_split_slices_mm,
+        lambda: (torch.randn(8, 128), torch.randn(64, 8)),
+        2,
+        1,
+        ("CatOfTilingSlicesToView",),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    Case(
+        "stack_unbind_view_mm",
+        stack_unbind_view_mm,
+        lambda: (torch.randn(8, 64), torch.randn(32, 8)),
+        2,
+        1,
+        ("CatOfTilingSlicesToView",),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    Case(
+        "cat_split_with_other_sizes",
+        cat_split_with_other_sizes,
+        _five_inputs_one_wide,
+        2,
+        1,
+        ("SplitWithSizesOfCatToInputs",),
+    ),
+    Case(
+        "cat_chunk_consumers",
+        cat_chunk_consumers,
+        _five_inputs_one_wide,
+        2,
+        1,
+        ("SplitOfCatToInputs",),
+    ),
+    Case(
+        "cat_slices_consumers",
+        cat_slices_consumers,
+        lambda: tuple(torch.randn(8, 16) for _ in range(5)),
+        2,
+        1,
+        ("SliceOfCatToInput",),
+    ),
+    Case(
+        "cat_with_reduction_slices",
+        cat_with_reduction_slices,
+        lambda: tuple(torch.randn(8, 16) for _ in range(9)),
+        3,
+        1,
+        ("SliceOfCatToInput", "UnreadConcatElimination"),
     ),
 ]
 

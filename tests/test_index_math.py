@@ -88,3 +88,85 @@ def test_bounded_div_mod_removes_what_the_ranges_prove():
     assert index_math.bounded_div_mod(ModularIndexing(40 * q0 + q1 + 4, 1, 40), {q0: 4, q1: 4}) == q1 + 4
     assert index_math.bounded_div_mod(ModularIndexing(q1 + 36, 1, 40), {q1: 8}) == ModularIndexing(q1 + 36, 1, 40)
     assert index_math.bounded_div_mod(ModularIndexing(q1 + 40, 4, 8), {q1: 4}) == FloorDiv(q1 + 40, 4) - 8
+
+
+# ----------------------------------------------------------------------------------------------- tile_strided
+
+
+def test_tile_strided_partial_tiling_is_one_slice():
+    # x[:, 2:5], x[:, 5:9] of a contiguous [8, 16] x → x[:, 2:9]
+    assert index_math.tile_strided([([8, 3], [16, 1], 2), ([8, 4], [16, 1], 5)], 1) == ([8, 7], [16, 1], 2)
+
+
+def test_tile_strided_full_tiling_along_dim0():
+    pieces = [([2, 16], [16, 1], 0), ([3, 16], [16, 1], 32), ([3, 16], [16, 1], 80)]
+    assert index_math.tile_strided(pieces, 0) == ([8, 16], [16, 1], 0)
+
+
+def test_tile_strided_pieces_of_one_element_take_the_step_from_the_offsets():
+    # unbind(1) of x.view(8, 4, 16), rows 1 and 2, unsqueezed: the stride over the size-1 dim is arbitrary
+    pieces = [([8, 1, 16], [64, 999, 1], 16), ([8, 1, 16], [64, 7, 1], 32)]
+    assert index_math.tile_strided(pieces, 1) == ([8, 2, 16], [64, 16, 1], 16)
+
+
+def test_tile_strided_stride_off_the_cat_dim_ignored_where_the_size_is_one():
+    pieces = [([1, 4], [5, 1], 0), ([1, 4], [100, 1], 4)]
+    assert index_math.tile_strided(pieces, 1) == ([1, 8], [5, 1], 0)
+
+
+def test_tile_strided_strided_pieces_that_continue_each_other():
+    # x[:, 0:8:2], x[:, 8:16:2] is x[:, 0:16:2]
+    assert index_math.tile_strided([([8, 4], [16, 2], 0), ([8, 4], [16, 2], 8)], 1) == ([8, 8], [16, 2], 0)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [([8, 4], [16, 1], 0), ([8, 4], [16, 1], 2)],  # overlapping
+        [([8, 4], [16, 1], 4), ([8, 4], [16, 1], 0)],  # out of order
+        [([8, 8], [16, 2], 0), ([8, 8], [16, 2], 1)],  # interleaved x[:, 0::2], x[:, 1::2]
+        [([8, 4], [16, 1], 0), ([8, 4], [16, 2], 4)],  # strides differ along the cat dim
+        [([8, 4], [16, 1], 0), ([8, 4], [32, 1], 4)],  # strides differ off the cat dim
+        [([8, 4], [16, 1], 0), ([7, 4], [16, 1], 4)],  # sizes differ off the cat dim
+        [([8, 1], [16, 1], 3), ([8, 1], [16, 1], 3)],  # the same column twice: step 0
+        [([8, 4], [16, 1], 0), ([8, 4, 1], [16, 1, 1], 4)],  # ranks differ
+    ],
+)
+def test_tile_strided_refuses(pieces):
+    assert index_math.tile_strided(pieces, 1) is None
+
+
+def test_tile_strided_symbolic_sizes_proved_or_refused():
+    s1 = sympy.Symbol("s1", integer=True, positive=True)
+    s2 = sympy.Symbol("s2", integer=True, positive=True)
+    # x[:, :s0], x[:, s0:s0+4] of [8, s1]: proven whatever s0
+    pieces = [([8, s0], [s1, 1], 0), ([8, 4], [s1, 1], s0)]
+    assert index_math.tile_strided(pieces, 1) == ([8, s0 + 4], [s1, 1], 0)
+    # x[:, :s0], x[:, s2:]: a tiling only when s2 == s0, which sympy cannot know
+    assert index_math.tile_strided([([8, s0], [s1, 1], 0), ([8, s1 - s2], [s1, 1], s2)], 1) is None
+
+
+# ----------------------------------------------------------------------------------------------- piece_containing
+
+
+def test_piece_containing_finds_the_one_input():
+    starts, sizes = [0, 16, 48], [16, 32, 16]
+    assert index_math.piece_containing(starts, sizes, 0, 16) == 0
+    assert index_math.piece_containing(starts, sizes, 20, 28) == 1
+    assert index_math.piece_containing(starts, sizes, 16, 48) == 1
+    assert index_math.piece_containing(starts, sizes, 60, 64) == 2
+
+
+def test_piece_containing_refuses_straddles_and_out_of_range():
+    starts, sizes = [0, 16, 48], [16, 32, 16]
+    assert index_math.piece_containing(starts, sizes, 12, 20) is None
+    assert index_math.piece_containing(starts, sizes, 60, 70) is None
+    assert index_math.piece_containing(starts, sizes, 20, 10) is None  # hi < lo
+
+
+def test_piece_containing_symbolic_needs_a_proof():
+    starts = index_math.piece_starts([s0, s0])
+    assert index_math.piece_containing(starts, [s0, s0], s0 + 1, 2 * s0) == 1
+    assert index_math.piece_containing(starts, [s0, s0], 2, 5) is None  # needs s0 >= 5
+    # with a stronger oracle (e.g. the shape environment's) the same question is answered
+    assert index_math.piece_containing(starts, [s0, s0], 2, 5, lambda a, b: bool((b - a).subs(s0, 8) >= 0)) == 0
