@@ -24,7 +24,8 @@ import optimus_ir
 
 @dataclasses.dataclass
 class Variant:
-    """A way to run a workload: ``eager``, ``stock`` Inductor, ``combo`` (combo_kernels=True), ``optimus_ir``."""
+    """A way to run a workload: ``eager``, ``stock`` Inductor, ``combo_kernels`` (combo_kernels=True),
+    ``fx_optimus`` (PyTorch's own FX-level split/cat and batch fusion passes, the "Optimus" passes), ``optimus_ir``."""
 
     name: str
     compile: bool
@@ -32,18 +33,105 @@ class Variant:
     passes: str | None
 
 
+#: Every pre-grad pass of ``torch._inductor.fx_passes`` in torch 2.11 that merges split/cat/stack/unbind junk or
+#: batches parallel ops (``split_cat.pre_grad_pass_names``, ``group_batch_fusion.PRE_GRAD_FUSIONS``); Inductor runs
+#: ``normalization_pass`` first, then the batch fusions, then the other passes, each group in this order.
+#: ``einsum_to_pointwise_pass`` is left out (no split/cat or batching).
+FX_OPTIMUS_PRE_GRAD = [
+    "normalization_pass",
+    "remove_split_with_size_one_pass",
+    "merge_getitem_cat_pass",
+    "merge_stack_tahn_unbind_pass",
+    "merge_splits_pass",
+    "mutate_cat_pass",
+    "split_cat_pass",
+    "unbind_stack_pass",
+    "split_cat_to_slices_pass",
+    "unbind_cat_to_view_pass",
+    "split_stack_to_cats_pass",
+    "unbind_stack_to_slices_pass",
+    "move_reshape_out_of_split_stack_pass",
+    "batch_linear",
+    "batch_linear_lhs",
+    "batch_layernorm",
+    "batch_tanh",
+    "batch_relu",
+    "batch_sigmoid",
+    "batch_clamp",
+    "batch_nan_to_num",
+    "batch_detach",
+    "batch_dropout",
+]
+
+#: The post-grad counterparts (``split_cat.post_grad_pass_names``, ``group_batch_fusion.POST_GRAD_FUSIONS``). Left
+#: out: ``group_linear`` (needs fbgemm), ``decompose_mm_pass``, ``pad_aten_mm_pass`` and
+#: ``shape_padding_multiplier`` (matmul rewrites, not split/cat or batching).
+FX_OPTIMUS_POST_GRAD = [
+    "normalization_aten_pass",
+    "split_cat_aten_pass",
+    "select_cat_aten_pass",
+    "move_view_after_cat_aten_pass",
+    "unbind_stack_aten_pass",
+    "batch_linear_post_grad",
+    "batch_aten_add",
+    "batch_aten_sub",
+    "batch_aten_mul",
+    "batch_aten_div",
+    "batch_aten_tanh",
+    "batch_aten_sigmoid",
+    "batch_aten_relu",
+]
+
 VARIANTS = [
     Variant("eager", False, {}, None),
     Variant("stock", True, {}, None),
     Variant("combo_kernels", True, {"combo_kernels": True}, None),
+    Variant(
+        "fx_optimus",
+        True,
+        {
+            "pre_grad_fusion_options": {name: {} for name in FX_OPTIMUS_PRE_GRAD},
+            "post_grad_fusion_options": {name: {} for name in FX_OPTIMUS_POST_GRAD},
+        },
+        None,
+    ),
     Variant("optimus_ir", True, {}, "all"),
 ]
+
+#: Inductor settings for compile times that compare: no FX-graph cache, no autotuning beyond the default heuristics.
+COLD_COMPILE_CONFIG = {
+    "fx_graph_cache": False,
+    "fx_graph_remote_cache": False,
+    "autotune_local_cache": False,
+    "max_autotune": False,
+    "max_autotune_gemm": False,
+    "max_autotune_pointwise": False,
+    "coordinate_descent_tuning": False,
+}
 
 
 @contextlib.contextmanager
 def variant_context(variant: Variant) -> Iterator[None]:
     with torch._inductor.config.patch(variant.inductor_config), optimus_ir.enabled(variant.passes):
         yield
+
+
+@contextlib.contextmanager
+def cold_compile() -> Iterator[None]:
+    """Everything compiled inside compiles from scratch, whatever the process compiled before: Dynamo reset, fresh
+    (temporary) Inductor and Triton cache directories, no FX-graph or AOTAutograd cache, no max-autotune. Keep
+    every call of the compiled code inside too, so that a recompile (or a lazy backward compile) is cold as well."""
+    import torch._functorch.config
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    with (
+        fresh_cache(),
+        torch._inductor.config.patch(COLD_COMPILE_CONFIG),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        yield
+    torch._dynamo.reset()
 
 
 def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:
@@ -92,6 +180,17 @@ def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
     return len(kernels) / calls
 
 
+def peak_memory_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes the GPU held during one ``fn()`` call above what was allocated before it (weights, inputs,
+    optimizer state, and whatever earlier variants left alive, which must not count against this one)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def copy_bandwidth_bytes_per_ms() -> float:
     """Device-to-device copy bandwidth (bytes read + written per ms), measured on a 2 GiB copy."""
     src = torch.empty(2**29, dtype=torch.float32, device="cuda").uniform_()
@@ -101,13 +200,21 @@ def copy_bandwidth_bytes_per_ms() -> float:
 
 
 def max_rel_error(actual: Any, expected: Any) -> float:
-    actual = actual if isinstance(actual, (tuple, list)) else [actual]
-    expected = expected if isinstance(expected, (tuple, list)) else [expected]
+    actual, expected = _tensors(actual), _tensors(expected)
     worst = 0.0
     for a, e in zip(actual, expected):
         a64, e64 = a.detach().double(), e.detach().double()
         worst = max(worst, float((a64 - e64).norm() / e64.norm().clamp_min(1e-30)))
     return worst
+
+
+def all_finite(output: Any) -> bool:
+    """Whether every element of ``output`` (a tensor, or a tuple or list of them) is finite (no inf, no NaN)."""
+    return all(bool(torch.isfinite(t).all()) for t in _tensors(output))
+
+
+def _tensors(output: Any) -> list[Any]:
+    return list(output) if isinstance(output, (tuple, list)) else [output]
 
 
 def header(command: str) -> dict[str, Any]:
@@ -121,8 +228,10 @@ def header(command: str) -> dict[str, Any]:
     }
 
 
-def write_results(out_dir: Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """Write ``<stem>.json`` and ``<stem>.md`` (a table of ``columns``) into ``out_dir``."""
+def write_results(
+    out_dir: Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]], columns: list[str], echo: bool = True
+) -> None:
+    """Write ``<stem>.json`` and ``<stem>.md`` (a table of ``columns``) into ``out_dir``; print the table if ``echo``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = [f"# {stem}", ""] + [f"- {k}: `{v}`" for k, v in meta.items()] + [""]
@@ -131,7 +240,8 @@ def write_results(out_dir: Path, stem: str, meta: dict[str, Any], rows: list[dic
     for row in rows:
         lines.append("| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |")
     (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if echo:
+        print("\n".join(lines))
 
 
 def _fmt(value: Any) -> str:
