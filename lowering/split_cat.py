@@ -70,7 +70,12 @@ def _trace(box: Any, start: sympy.Expr) -> _TracedPiece:
         with V.set_ops_handler(_ReadThroughFolds(V.ops, var_ranges)):
             return loader(index)
 
-    body = LoopBody(read_through, [loop_vars], var_ranges, loop_vars, [])
+    try:
+        body = LoopBody(read_through, [loop_vars], var_ranges, loop_vars, [])
+    except AssertionError as error:  # Inductor's "convert FlexibleLayout to FixedLayout first"
+        if "FlexibleLayout" not in str(error):
+            raise
+        raise Reject("a piece reads a buffer whose layout Inductor has not decided yet (it decides it later)") from None
     return _TracedPiece(box, start, size, body, loop_vars)
 
 

@@ -204,3 +204,21 @@ def test_row_reductions_of_any_row_counts(rows):
     actual, expected, records = _run_in_interpreter(fn, inputs)
     assert sum(r.fired for r in records) == 1
     torch.testing.assert_close(actual, expected)
+
+
+def test_cuda_graph_compiles_keep_stock_kernels_and_say_why():
+    nodes = [SimpleNamespace(name="never looked at")]
+    with torch._inductor.config.patch({"triton.cudagraphs": True}), recording() as records:
+        assert IdenticalKernelsToMemberTableKernel().rewrite(nodes) is nodes
+    assert [r.detail for r in records] == ["CUDA graphs (mode='reduce-overhead'): not merged, stock kernels"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_softmax_members_merge_and_match_eager(dtype):
+    def fn(*xs):
+        return [torch.softmax(x, dim=-1) for x in xs]
+
+    inputs = [torch.randn(rows, 48, dtype=dtype) for rows in (8, 8, 20, 3)]
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert sum(r.fired for r in records) == 1
+    torch.testing.assert_close(actual, expected, atol=2e-3 if dtype == torch.float16 else 1e-5, rtol=1e-3)
