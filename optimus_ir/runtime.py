@@ -11,10 +11,10 @@ The addresses change only when the tensors do, so tables are cached by the addre
 ``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy.
 
 CUDA graphs: a graph replays the copy that filled the table, from the same host memory, into the same device memory.
-So a table filled while a graph is being captured comes from one of a few pinned host / device buffer pairs made
-outside any capture (on the first call) and never written again: every replay rewrites the same addresses, which
-are the graph's addresses. Cudagraph trees copy new inputs into the graph's own buffers, so replays with new
-inputs stay right.
+So a table filled while a graph is being captured comes from one of a few page-locked host / device buffer pairs
+made outside any capture (on the first call) and never written or freed again: every replay rewrites the same
+addresses, which are the graph's addresses (a graph is replayed with new data copied into its own input buffers).
+Cudagraph trees (``mode="reduce-overhead"``) are not served: the horizontal pass declines those compiles.
 """
 
 from __future__ import annotations
@@ -26,6 +26,26 @@ import torch
 __all__ = ["MemberTable"]
 
 _INT64_MAX = 2**63 - 1
+
+
+#: Host and device buffers a captured CUDA graph may read from at replay: never freed (a few KB per merged kernel),
+#: since a graph can outlive the compiled code that captured it.
+_KEPT_FOR_GRAPHS: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+
+def _registered_host_buffer(size: int) -> torch.Tensor:
+    """A page-locked int64 host buffer that is NOT from PyTorch's caching host allocator.
+
+    A copy from caching-allocator pinned memory records the copying stream on the block; a stream recorded while a
+    graph was being captured makes the allocator's later event bookkeeping fail (seen on the H200 as "CUDA error:
+    invalid argument" in unrelated later work). Memory registered with ``cudaHostRegister`` is page-locked (so the
+    captured copy is a real asynchronous copy) but unknown to that allocator.
+    """
+    buffer = torch.empty(size, dtype=torch.int64, device="cpu")
+    error = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0)
+    if int(error) != 0:
+        raise RuntimeError(f"optimus_ir: cudaHostRegister failed with CUDA error {int(error)}")
+    return buffer
 
 
 class MemberTable:
@@ -71,12 +91,10 @@ class MemberTable:
     def _make_capture_buffers(self, device: torch.device, addresses: int) -> None:
         size = len(self.constant) + addresses
         self._unused_capture_buffers = [
-            (
-                torch.empty(size, dtype=torch.int64, device="cpu", pin_memory=True),
-                torch.empty(size, dtype=torch.int64, device=device),
-            )
+            (_registered_host_buffer(size), torch.empty(size, dtype=torch.int64, device=device))
             for _ in range(self.capture_buffers)
         ]
+        _KEPT_FOR_GRAPHS.extend(self._unused_capture_buffers)
 
     def _for_capture(self, key: tuple[object, ...]) -> torch.Tensor:
         table = self._captured.get(key)
