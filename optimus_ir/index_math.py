@@ -12,6 +12,7 @@ which a rule falls back to stock Inductor:
 - :func:`bounded_div_mod`: ``FloorDiv``/``ModularIndexing`` whose argument's proven range fits one quotient.
 - :func:`tile_strided`: do strided views of one storage lie side by side along a dimension, and as which view?
 - :func:`piece_containing`: which piece of a cat contains a slice ``[lo, hi)`` of it?
+- :func:`split_constant`: an index as ``rest + c`` (``c`` an integer): members that differ only in ``c`` share code.
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "join_div_mod",
     "piece_containing",
     "piece_starts",
+    "split_constant",
     "tile_strided",
 ]
 
@@ -249,3 +251,18 @@ def piece_containing(
         if leq(start, lo) and leq(hi, start + size) and leq(lo, hi):
             return i
     return None
+
+
+def split_constant(expr: sympy.Expr) -> tuple[sympy.Expr, int]:
+    """``expr`` as ``(rest, c)`` with ``expr == rest + c``, ``c`` the integer additive term (0 if none).
+
+    Only a top-level additive integer is taken: a constant inside ``FloorDiv``/``ModularIndexing`` changes which
+    elements are addressed, not just where they start.
+
+    >>> split_constant(sympy.sympify("32*p0 + p1 + 16"))
+    (32*p0 + p1, 16)
+    """
+    expr = sympy.sympify(expr)
+    constant = sum((int(term) for term in sympy.Add.make_args(expr) if term.is_Integer), 0)
+    return sympy.expand(expr - constant) if constant else expr, constant
+

@@ -7,6 +7,9 @@ elements it has, and the address of each of its tensors are read from one int64 
     [ numel of each member ]                                                     (constant)
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
 
+An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
+of one split read the same buffer at different offsets).
+
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
 ``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy.
 
@@ -52,9 +55,17 @@ class MemberTable:
     """The member table of one shared-body kernel: its constant part, and a cache of full tables by addresses."""
 
     def __init__(
-        self, starts: list[int], numels: list[int], pad_to: int, cache_size: int = 16, capture_buffers: int = 4
+        self,
+        starts: list[int],
+        numels: list[int],
+        pad_to: int,
+        byte_offsets: list[int] | None = None,
+        cache_size: int = 16,
+        capture_buffers: int = 4,
     ) -> None:
         self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels]
+        #: added to each tensor's address: a member may read its buffer at an offset the shared body does not add
+        self.byte_offsets = byte_offsets
         self.cache_size = cache_size
         self.capture_buffers = capture_buffers
         self._recent: collections.OrderedDict[tuple[object, ...], torch.Tensor] = collections.OrderedDict()
@@ -82,11 +93,16 @@ class MemberTable:
 
     def _build(self, addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
         # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
-        host = torch.tensor([*self.constant, *addresses], dtype=torch.int64, device="cpu")
+        host = torch.tensor([*self.constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu")
         if device.type == "cpu":
             return host
         # asynchronous only from pinned memory; the caching host allocator keeps the block until the copy is done
         return host.pin_memory().to(device, non_blocking=True)
+
+    def _shifted(self, addresses: tuple[object, ...]) -> list[object]:
+        if self.byte_offsets is None:
+            return list(addresses)
+        return [address + offset for address, offset in zip(addresses, self.byte_offsets)]
 
     def _make_capture_buffers(self, device: torch.device, addresses: int) -> None:
         size = len(self.constant) + addresses
@@ -106,7 +122,7 @@ class MemberTable:
                 "merged kernel; set OPTIMUS_IR=splitcat to turn the horizontal pass off for this program"
             )
         host, table = self._unused_capture_buffers.pop()
-        host.copy_(torch.tensor([*self.constant, *key[1:]], dtype=torch.int64, device="cpu"))
+        host.copy_(torch.tensor([*self.constant, *self._shifted(key[1:])], dtype=torch.int64, device="cpu"))
         table.copy_(host, non_blocking=True)  # captured: replays copy these (never rewritten) host values
         self._captured[key] = table
         return table

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -31,6 +32,7 @@ from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
 from torch._inductor.virtualized import V
 
+from optimus_ir import index_math
 from optimus_ir.registry import SchedulerRule, record, register
 from optimus_ir.scheduler_hooks.node_graph import independent, replace_with_group
 
@@ -59,25 +61,59 @@ class Structure:
     key: tuple[Any, ...]
     slots: list[str]  # buffer names, by slot
     numel: int  # the x extent (rows of a reduction, elements of a pointwise kernel)
+    offsets: list[int]  # by slot: the constant (in elements) this member adds to every address of that buffer
 
 
-def _graph_key(graph: Any, slot_of: dict[str, int], names: set[str]) -> tuple[Any, ...]:
-    """An FX graph of ``ops.*`` calls as a tuple, buffer names replaced by slot numbers (first use first)."""
-    index = {node: i for i, node in enumerate(graph.nodes)}
+_ADDRESSING_OPS = ("load", "store", "store_reduction")
+
+
+def _addressed_buffers(blocks: list[Any]) -> dict[str, set[str] | None]:
+    """For each index name of a loop body, the buffers it addresses; None if it is also used as a value."""
+    addressed: dict[str, set[str] | None] = {}
+    for block in blocks:
+        for node in block.graph.nodes:
+            if node.op != "call_module" or node.target != "get_index":
+                continue
+            name = node.args[0]
+            for user in node.users:
+                if user.op == "call_method" and user.target in _ADDRESSING_OPS and user.args[2] is node:
+                    if addressed.get(name, set()) is not None:
+                        addressed.setdefault(name, set()).add(user.args[1])
+                else:
+                    addressed[name] = None
+    return addressed
+
+
+def _graph_key(
+    graph: Any,
+    slot_of: dict[str, int],
+    index_text: Callable[[str], str],
+    address_offset: Callable[[str, str], int],
+) -> tuple[Any, ...]:
+    """An FX graph of ``ops.*`` calls as a tuple: buffer names replaced by their slots, index names by their
+    expressions (without the constant a member adds to a buffer's addresses), each load/store with the constant its
+    index adds beyond that."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
 
     def arg_key(arg: Any) -> Any:
-        if isinstance(arg, str) and arg in names:
-            return ("slot", slot_of.setdefault(arg, len(slot_of)))
+        if isinstance(arg, str) and arg in slot_of:
+            return ("slot", slot_of[arg])
         if isinstance(arg, (tuple, list)):
             return tuple(arg_key(a) for a in arg)
-        if hasattr(arg, "op") and arg in index:
-            return ("node", index[arg])
+        if hasattr(arg, "op") and arg in position:
+            return ("node", position[arg])
         return repr(arg)
 
-    return tuple(
-        (node.op, str(node.target), arg_key(node.args), arg_key(tuple(sorted(node.kwargs.items()))))
-        for node in graph.nodes
-    )
+    keys: list[Any] = []
+    for node in graph.nodes:
+        if node.op == "call_module" and node.target == "get_index":
+            keys.append(("get_index", index_text(node.args[0])))
+            continue
+        entry = (node.op, str(node.target), arg_key(node.args), arg_key(tuple(sorted(node.kwargs.items()))))
+        if node.op == "call_method" and node.target in _ADDRESSING_OPS:
+            entry += (address_offset(node.args[2].args[0], node.args[1]),)
+        keys.append(entry)
+    return tuple(keys)
 
 
 def structure_of(node: Any) -> Structure | str:
@@ -89,8 +125,8 @@ def structure_of(node: Any) -> Structure | str:
     subnodes = list(node.get_nodes())
     op_names = node.get_operation_names()
     slot_of: dict[str, int] = {}
-    parts: list[Any] = []
-    outer: int | None = None
+    traced: list[Any] = []
+    constants: dict[str, list[int]] = {}  # buffer → the constants of the indices that address it
     for snode in subnodes:
         if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
             return f"not a computed buffer: {snode.get_name()}"
@@ -106,19 +142,42 @@ def structure_of(node: Any) -> Structure | str:
         names = {dep.name for dep in (*snode.read_writes.reads, *snode.read_writes.writes)}
         names |= set(snode.get_buffer_names())
         blocks = [body.root_block, *body.subblocks.values()]
-        graphs = tuple(_graph_key(block.graph, slot_of, names) for block in blocks)
-        exprs = tuple((name, str(expr)) for name, expr in body.indexing_exprs.items())
-        if iter_sizes:
-            outer = int(iter_sizes[0]) if outer is None else outer
+        for block in blocks:  # slots in order of first use
+            for fx_node in block.graph.nodes:
+                for arg in fx_node.args:
+                    if isinstance(arg, str) and arg in names:
+                        slot_of.setdefault(arg, len(slot_of))
+        addressed = _addressed_buffers(blocks)
+        exprs = {}
+        for name, expr in body.indexing_exprs.items():
+            buffers = addressed.get(name)
+            rest, constant = index_math.split_constant(expr) if buffers else (expr, 0)
+            exprs[name] = (str(rest), constant)
+            for buffer in buffers or ():
+                constants.setdefault(buffer, []).append(constant)
         written = tuple(
             (name, scheduler.can_buffer_be_removed_through_fusion(name, op_names)) for name in snode.get_buffer_names()
+        )
+        traced.append((snode, iter_sizes, reduce_sizes, blocks, exprs, written))
+    # a member may add its own constant to every address of a buffer (x.split(8, 1)[i] reads x at +8*i): it goes
+    # into that buffer's address in the member table; what each index adds beyond it stays in the key
+    base = {buffer: min(values) for buffer, values in constants.items()}
+    parts = []
+    for snode, iter_sizes, reduce_sizes, blocks, exprs, written in traced:
+        graphs = tuple(
+            _graph_key(
+                block.graph,
+                slot_of,
+                lambda name, exprs=exprs: exprs[name][0],
+                lambda name, buffer, exprs=exprs: exprs[name][1] - base.get(buffer, 0),
+            )
+            for block in blocks
         )
         parts.append(
             (
                 "reduction" if snode.is_reduction() else "pointwise",
                 tuple(int(s) for s in iter_sizes[1:]),
                 tuple(int(s) for s in reduce_sizes),
-                exprs,
                 graphs,
                 tuple((slot_of.get(name), removable) for name, removable in written),
             )
@@ -129,7 +188,7 @@ def structure_of(node: Any) -> Structure | str:
     if not isinstance(numel, (int, sympy.Integer)) or not isinstance(rnumel, (int, sympy.Integer)):
         return f"symbolic sizes: extent {numel} x {rnumel}"
     key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts))
-    return Structure(key, slots, int(numel))
+    return Structure(key, slots, int(numel), [base.get(name, 0) for name in slots])
 
 
 def _triton_backend(node: Any) -> Any:
@@ -426,6 +485,8 @@ def _allocate_returned_outputs_together(kernel_name: str, structures: list[Struc
         buffers = [V.graph.get_buffer(name) for name in names]
         if any(name not in outputs or name in V.graph.removed_buffers for name in names):
             continue
+        if any(s.offsets[slot] for s in structures):
+            continue  # written at an offset: not a buffer of its own
         layouts = [buf.get_output_spec() for buf in buffers]
         if not all(type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts):
             continue
@@ -549,16 +610,18 @@ class MemberTableKernel(TritonKernel):
         argdefs = [a.name for a in argdefs]
         tensor_args = {arg for arg, _ in self._tensor_args()}
         table = f"{name}_members"
-        rep_slots = self.structures[0].slots
-        by_slot = []
+        rep = self.structures[0]
+        by_slot, byte_offsets = [], []
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
-                slot = rep_slots.index(outer)
+                slot = rep.slots.index(outer)
+                itemsize = V.graph.get_dtype(outer).itemsize
                 by_slot.extend(s.slots[slot] for s in self.structures)
+                byte_offsets.extend((s.offsets[slot] - rep.offsets[slot]) * itemsize for s in self.structures)
+        numels = [s.numel for s in self.structures]
+        offsets = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
-        wrapper.header.writeline(
-            f"{table} = MemberTable({self.starts!r}, {[s.numel for s in self.structures]!r}, {self.pad_to})"
-        )
+        wrapper.header.writeline(f"{table} = MemberTable({self.starts!r}, {numels!r}, {self.pad_to}{offsets})")
         wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)})")
         call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)

@@ -145,7 +145,7 @@ def test_more_members_than_the_limit_are_split_into_several_groups():
 
 def test_members_too_different_in_size_are_split_by_size():
     def group(numels):
-        return [(SimpleNamespace(get_name=lambda i=i: f"op{i}"), Structure((), [], n)) for i, n in enumerate(numels)]
+        return [(SimpleNamespace(get_name=lambda i=i: f"op{i}"), Structure((), [], n, [])) for i, n in enumerate(numels)]
 
     rule = IdenticalKernelsToMemberTableKernel()
     # pointwise members start at multiples of 4096 elements: 3000 one-element members next to a 4M-element one
@@ -222,3 +222,21 @@ def test_softmax_members_merge_and_match_eager(dtype):
     actual, expected, records = _run_in_interpreter(fn, inputs)
     assert sum(r.fired for r in records) == 1
     torch.testing.assert_close(actual, expected, atol=2e-3 if dtype == torch.float16 else 1e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("split", [(8, 1), ([3, 5, 9, 2, 9], 0)], ids=["columns", "ragged rows"])
+def test_pieces_of_one_buffer_merge_with_their_offsets_in_the_table(split):
+    # each piece reads x at its own constant offset: the shared body adds the representative's, the table the rest
+    # (with ragged rows the representative is a later, larger piece: the other members' offsets are negative)
+    sizes, dim = split
+
+    def fn(x):
+        return [torch.sigmoid(p) * 3 for p in x.split(sizes, dim=dim)]
+
+    x = torch.randn(28, 40)
+    report = compile_report(fn, (x,), passes="horizontal")
+    assert len(report.launches) == 1
+    assert "byte_offsets=" in report.wrapper
+    actual, expected, records = _run_in_interpreter(fn, [x])
+    assert sum(r.fired for r in records) == 1
+    torch.testing.assert_close(actual, expected)

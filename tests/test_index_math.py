@@ -170,3 +170,12 @@ def test_piece_containing_symbolic_needs_a_proof():
     assert index_math.piece_containing(starts, [s0, s0], 2, 5) is None  # needs s0 >= 5
     # with a stronger oracle (e.g. the shape environment's) the same question is answered
     assert index_math.piece_containing(starts, [s0, s0], 2, 5, lambda a, b: bool((b - a).subs(s0, 8) >= 0)) == 0
+
+
+def test_split_constant_takes_the_top_level_integer_only():
+    p0, p1 = sympy.symbols("p0 p1", integer=True, nonnegative=True)
+    assert index_math.split_constant(32 * p0 + p1 + 16) == (32 * p0 + p1, 16)
+    assert index_math.split_constant(32 * p0 + p1) == (32 * p0 + p1, 0)
+    assert index_math.split_constant(sympy.Integer(7)) == (0, 7)
+    inner = ModularIndexing(p1 + 8, 1, 16)
+    assert index_math.split_constant(inner + 4) == (inner, 4)  # the 8 inside stays: it changes which elements

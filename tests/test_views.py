@@ -129,9 +129,10 @@ def test_piece_with_another_consumer_still_becomes_a_view():
         (lambda x, y: [x[:, 0:4], x[:, 2:6]], "do not provably lie side by side"),  # overlapping
         (lambda x, y: [x[:, 0::2], x[:, 1::2]], "do not provably lie side by side"),  # interleaved (step 2)
         (lambda x, y: [x[:, 4:8], x[:, 0:4]], "do not provably lie side by side"),  # out of order
-        (lambda x, y: [x[:, 0:4], y[:, 4:8]], "several buffers"),  # two buffers
-        (lambda x, y: [x[:, 0:4], torch.relu(x[:, 4:8])], "input 1 is not a view"),  # computed piece
-        (lambda x, y: [x[:, 0:4], x[:, 4:8].to(torch.float64)], "input 1 is not a view"),  # other dtype
+        # not of the rule's kind at all (registry.NotApplicable): no decision in the dump
+        (lambda x, y: [x[:, 0:4], y[:, 4:8]], None),  # two buffers
+        (lambda x, y: [x[:, 0:4], torch.relu(x[:, 4:8])], None),  # computed piece
+        (lambda x, y: [x[:, 0:4], x[:, 4:8].to(torch.float64)], None),  # other dtype
     ],
 )
 def test_does_not_fire(pieces, reason):
@@ -140,10 +141,13 @@ def test_does_not_fire(pieces, reason):
 
     x, y = torch.randn(8, 16), torch.randn(8, 16)
     report = compile_report(fn, (x, y))
-    decision = _one(report.rewrites, VIEW)
-    assert not decision.fired and reason in decision.detail, decision
+    if reason is None:
+        assert _decisions(report.rewrites, VIEW) == []
+    else:
+        decision = _one(report.rewrites, VIEW)
+        assert not decision.fired and reason in decision.detail, decision
     records, _ = _run(fn, x, y)
-    assert not _one(records, VIEW).fired
+    assert not any(d.fired for d in _decisions(records, VIEW))
 
 
 @pytest.mark.parametrize("through_view", [False, True])
