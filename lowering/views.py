@@ -26,6 +26,7 @@ import torch
 
 from optimus_ir import index_math
 from optimus_ir.registry import LoweringRule, NotApplicable, Reject, SchedulerRule, record, register
+from optimus_ir.scheduler_hooks.node_graph import drop_nodes
 
 aten = torch.ops.aten
 
@@ -545,12 +546,4 @@ class UnreadConcatElimination(SchedulerRule):
             V.graph.removed_buffers.update([name] + [m.get_name() for m in members])
             V.graph.removed_operations.update(removed_ops)
             record(self.name, True, [name], f"unread after its slices read its inputs; removed {sorted(removed_ops)}")
-        if not dead:
-            return nodes
-        for node in nodes:
-            if node.get_name() in dead:
-                for read in node.read_writes.reads:
-                    if read.name in scheduler.name_to_buf:
-                        buf = scheduler.name_to_buf[read.name]
-                        buf.users = [u for u in buf.users if u.get_name() not in dead]
-        return [node for node in nodes if node.get_name() not in dead]
+        return drop_nodes(nodes, dead)

@@ -27,3 +27,17 @@ def replace_with_group(nodes: list[Any], members: list[Any], group: Any) -> list
         if any(written_by.get(dep.name, -1) > i for dep in node.unmet_dependencies):
             return None
     return ordered
+
+
+def drop_nodes(nodes: list[Any], dead: set[str]) -> list[Any]:
+    """``nodes`` without the nodes named in ``dead``, which also stop being users of the buffers they read."""
+    if not dead:
+        return nodes
+    scheduler = nodes[0].scheduler
+    for node in nodes:
+        if node.get_name() in dead:
+            for read in node.read_writes.reads:
+                if read.name in scheduler.name_to_buf:
+                    buf = scheduler.name_to_buf[read.name]
+                    buf.users = [u for u in buf.users if u.get_name() not in dead]
+    return [node for node in nodes if node.get_name() not in dead]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from optimus_ir.registry import SchedulerRule, record, register
-from optimus_ir.scheduler_hooks.node_graph import independent, replace_with_group
+from optimus_ir.scheduler_hooks.node_graph import drop_nodes, independent, replace_with_group
 
 
 @register
@@ -44,6 +44,8 @@ class PieceGroupToComboKernel(SchedulerRule):
         for group in groups:
             if not any(name in owner for name in group):
                 continue  # the whole cat was removed (DeadFoldedCatElimination)
+            if len({id(owner[name]) for name in group if name in owner}) == 1:
+                continue  # already one kernel (IdenticalKernelsToMemberTableKernel merged its progressions)
             members: list[Any] = []
             for name in group:
                 node = owner.get(name)
@@ -121,12 +123,4 @@ class DeadFoldedCatElimination(SchedulerRule):
             V.graph.removed_buffers.update([name] + [member.get_name() for member in members])
             V.graph.removed_operations.update(removed)
             record(self.name, True, [name], f"unread after read-through; removed {removed}")
-        if not dead:
-            return nodes
-        for node in nodes:
-            if node.get_name() in dead:
-                for read in node.read_writes.reads:
-                    if read.name in scheduler.name_to_buf:
-                        buf = scheduler.name_to_buf[read.name]
-                        buf.users = [u for u in buf.users if u.get_name() not in dead]
-        return [node for node in nodes if node.get_name() not in dead]
+        return drop_nodes(nodes, dead)

@@ -195,8 +195,8 @@ CASES = [
         split_relu_cat_training,
         _randn(32, 160, grad=True),
         20,
-        11,
-        ("SplitCatToPointwise", "PieceGroupToComboKernel"),
+        2,
+        ("SplitCatToPointwise", "IdenticalKernelsToMemberTableKernel"),
     ),
     Case(
         "split_scale_cat_training",
