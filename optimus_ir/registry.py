@@ -105,6 +105,7 @@ def register(rule_class: type) -> type:
 def _load_rules() -> None:
     """Import the modules that define rules (they register themselves)."""
     import optimus_ir.lowering.views  # noqa: F401  (first: its cat rule must be tried before SplitCatToPointwise)
+    import optimus_ir.lowering.embedding_bag  # noqa: F401
     import optimus_ir.lowering.split_cat  # noqa: F401
     import optimus_ir.scheduler_hooks.horizontal  # noqa: F401
     import optimus_ir.scheduler_hooks.piece_groups  # noqa: F401

@@ -31,6 +31,7 @@ from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
 from torch._inductor.virtualized import V
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from optimus_ir import index_math
 from optimus_ir.registry import SchedulerRule, record, register
@@ -137,7 +138,11 @@ def structure_of(node: Any) -> Structure | str:
         if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
             return f"symbolic sizes: {snode.get_name()} has {sizes}"
         body = snode._body
-        if any(expr.free_symbols - set(body.var_ranges) for expr in body.indexing_exprs.values()):
+        if any(
+            not symbol_is_type(symbol, SymT.INDIRECT)  # a loaded index (embedding rows): data, fine
+            for expr in body.indexing_exprs.values()
+            for symbol in expr.free_symbols - set(body.var_ranges)
+        ):
             return f"symbolic index: {snode.get_name()} indexes with symbols other than its loop variables"
         names = {dep.name for dep in (*snode.read_writes.reads, *snode.read_writes.writes)}
         names |= set(snode.get_buffer_names())

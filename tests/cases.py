@@ -317,3 +317,27 @@ CASES.extend(
         ),
     ]
 )
+
+
+def embedding_bags_with_norms(ids, *params):
+    # a DLRM sparse arch: a sum bag of 3 ids per row from each table, then the table's own layer norm
+    n = len(params) // 3
+    tables, weights, biases = params[:n], params[n : 2 * n], params[2 * n :]
+    return [
+        F.layer_norm(F.embedding_bag(i, table, mode="sum"), (table.shape[1],), w, b)
+        for i, table, w, b in zip(ids.unbind(0), tables, weights, biases)
+    ]
+
+
+CASES.append(
+    Case(
+        "embedding_bags_with_norms",
+        embedding_bags_with_norms,
+        lambda: (torch.randint(0, 50, (4, 8, 3)), *[torch.randn(50, 16) for _ in range(4)],
+                 *[torch.randn(16) for _ in range(8)]),
+        12,
+        1,
+        ("EmbeddingBagOfRegularBagsToReduction", "IdenticalKernelsToMemberTableKernel"),
+        atol=1e-4,
+    )
+)

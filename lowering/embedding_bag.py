@@ -1,0 +1,129 @@
+"""Embedding bags of a fixed size, lowered to Inductor reductions instead of one extern kernel per table.
+
+Stock Inductor calls ATen's ``_embedding_bag`` kernel for every ``nn.EmbeddingBag``: a recommendation model with 26
+tables launches 26 extern kernels that nothing can merge. With bags of one fixed size (2-d inputs, which
+``F.embedding_bag`` turns into ``offsets = arange(0, B*L, L)``), a bag is a sum over ``L`` rows of the table: an
+Inductor reduction, which fuses with what follows and which ``IdenticalKernelsToMemberTableKernel`` merges across
+tables.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch._inductor import ir
+from torch._inductor.virtualized import V, ops
+
+from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
+
+aten = torch.ops.aten
+
+_SUM, _MEAN = 0, 1  # ATen's embedding_bag modes (2 is max)
+
+
+def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
+    """``L`` if the FX node of the offsets is ``iota(B, start=0, step=L)`` (what ``arange(0, B*L, L)`` decomposes
+    to) with ``B*L == indices_numel``: bag ``b`` is then ids ``[b*L, (b+1)*L)``. Else None."""
+    if not isinstance(offsets_node, torch.fx.Node) or offsets_node.target is not torch.ops.prims.iota.default:
+        return None
+    (length,) = offsets_node.args
+    start, step = offsets_node.kwargs.get("start"), offsets_node.kwargs.get("step")
+    if not all(isinstance(v, int) for v in (length, start, step)):
+        return None
+    if start != 0 or step <= 0 or length * step != indices_numel:
+        return None
+    return step
+
+
+@register
+class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
+    """``_embedding_bag_forward_only`` with bags of one size ``L`` → a sum (or mean) over ``L`` table rows.
+
+    Before (``nn.EmbeddingBag(N, D, mode="sum")(ids)``, ids of shape [B, L])::
+
+        offsets = iota(B, start=0, step=L)                  # F.embedding_bag's arange(0, B*L, L)
+        out, offset2bag, bag_size, max_indices = _embedding_bag_forward_only(weight, ids.view(-1), offsets, ...)
+        # an extern kernel per table
+
+    After::
+
+        out = Reduction(sum over l < L of weight[ids[b*L + l], d], ranges [B, D])   # Triton, fusable, mergeable
+
+    Only where nothing reads the other three outputs (inference), without per-sample weights, padding index or
+    ``include_last_offset``, in sum or mean mode, with static sizes.
+    """
+
+    name = "EmbeddingBagOfRegularBagsToReduction"
+    pass_name = "horizontal"
+    op = aten._embedding_bag_forward_only.default
+
+    def rewrite(
+        self,
+        weight: Any,
+        indices: Any,
+        offsets: Any,
+        scale_grad_by_freq: bool = False,
+        mode: int = 0,
+        sparse: bool = False,
+        per_sample_weights: Any = None,
+        include_last_offset: bool = False,
+        padding_idx: int = -1,
+    ) -> tuple[Any, str]:
+        fx_node = V.graph.current_node
+        if fx_node is None:
+            raise NotApplicable("no FX node")
+        if mode not in (_SUM, _MEAN):
+            raise Reject("max mode")
+        if per_sample_weights is not None or include_last_offset or padding_idx not in (-1, None):
+            raise Reject("per-sample weights, include_last_offset or a padding index")
+        if any(user.target is not operator.getitem or user.args[1] != 0 for user in fx_node.users):
+            raise Reject("offset2bag / bag_size / max_indices are read (training): ATen's kernel computes them")
+        sizes = [*weight.get_size(), *indices.get_size()]
+        if not all(isinstance(s, int) or getattr(s, "is_Integer", False) for s in sizes):
+            raise Reject("symbolic sizes")
+        (numel,) = [int(s) for s in indices.get_size()]
+        bag = _regular_bag_size(fx_node.args[2], numel)
+        if bag is None:
+            raise Reject("offsets are not proven to be iota(B, start=0, step=L): other bags need ATen's kernel")
+        rows, dim = (int(s) for s in weight.get_size())
+        bags = numel // bag
+        weight_loader, indices_loader = weight.make_loader(), indices.make_loader()
+
+        def inner_fn(index: list[Any], reduction_index: list[Any]) -> Any:
+            b, d = index
+            (position,) = reduction_index
+            row = ops.indirect_indexing(indices_loader([b * bag + position]), rows)
+            value = weight_loader([row, d])
+            if weight.get_dtype() != torch.float32 and weight.get_dtype().is_floating_point:
+                value = ops.to_dtype(value, torch.float32)  # accumulate low precision in fp32, as ATen does
+            return value
+
+        acc = torch.float32 if weight.get_dtype().is_floating_point else weight.get_dtype()
+        pooled = ir.Reduction.create(
+            device=weight.get_device(),
+            dst_dtype=acc,
+            src_dtype=acc,
+            inner_fn=inner_fn,
+            ranges=[bags, dim],
+            reduction_ranges=[bag],
+            reduction_type="sum",
+        )
+        pooled.realize()  # a buffer, as ATen's output was: consumers that need one (var_mean) get one
+        kind = "mean" if mode == _MEAN else "sum"
+        detail = f"{bags} bags of {bag} rows of a {rows}x{dim} table → a {kind} reduction"
+        if mode == _SUM and acc == weight.get_dtype():
+            return (pooled, None, None, None), detail
+        loader = pooled.make_loader()
+        scale = 1.0 / bag if mode == _MEAN else None
+
+        def output_fn(index: list[Any]) -> Any:
+            value = loader(index)
+            if scale is not None:
+                value = value * ops.constant(scale, acc)
+            return ops.to_dtype(value, weight.get_dtype())
+
+        out = ir.Pointwise.create(device=weight.get_device(), dtype=weight.get_dtype(), inner_fn=output_fn,
+                                  ranges=[bags, dim])
+        return (out, None, None, None), detail
