@@ -4,13 +4,13 @@ Recommendation models apply the same small op to dozens of feature tensors. Afte
 each of them is one scheduler node, and one kernel launch. Here, groups of nodes that are
 
 - independent: no path between any two of them in the dependency graph, and
-- structurally identical: the same loop bodies up to buffer names and the size of the outermost loop (the row
-  count), the same dtypes, the same reduction sizes,
+- structurally identical: the same loop bodies up to buffer names, the size of the outermost loop (the row
+  count) and a constant offset into each buffer (the pieces of one split), the same dtypes and reduction sizes,
 
 become one :class:`MemberTableGroup`. Its kernel is Inductor's own kernel for one member (the one with most rows),
 with a prologue that finds the member of the block from the program id and reads that member's row count and
-tensor addresses from a table (:mod:`optimus_ir.runtime`). The code size does not depend on N, and members with
-different row counts (ragged) merge too.
+tensor addresses (offset included) from a table (:mod:`optimus_ir.runtime`). The code size does not depend on N,
+and members with different row counts (ragged) merge too.
 """
 
 from __future__ import annotations
