@@ -183,6 +183,14 @@ def test_member_table_layout():
     assert values[7:] == [t.data_ptr() for t in xs + ys]
 
 
+def test_member_table_adds_each_members_byte_offset_to_its_address():
+    # slot 0 of two members reads one buffer at +0 and +64 bytes; slot 1 (their outputs) at no offset
+    table = MemberTable(starts=[0, 1024], numels=[16, 16], pad_to=2, byte_offsets=[0, 64, 0, 0])
+    x, y0, y1 = torch.zeros(32), torch.zeros(16), torch.zeros(16)
+    values = table(x, x, y0, y1).tolist()
+    assert values[4:] == [x.data_ptr(), x.data_ptr() + 64, y0.data_ptr(), y1.data_ptr()]
+
+
 def test_member_table_is_cached_by_addresses():
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
     a, b, c = torch.zeros(1), torch.zeros(1), torch.zeros(1)
