@@ -24,12 +24,10 @@ from measure import (  # noqa: E402
     VARIANTS,
     copy_bandwidth_bytes_per_ms,
     cuda_time_ms,
-    graph_replay_ms,
     header,
-    kernels_per_call,
     max_rel_error,
-    timed_first_call,
-    variant_context,
+    measure_inference,
+    measure_training_step,
     write_results,
 )
 
@@ -99,27 +97,9 @@ def inference_rows(bandwidth: float) -> list[dict]:
         inputs = make(dtype, False)
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
+        workload = f"{name} {str(dtype).removeprefix('torch.')}"
         for variant in VARIANTS:
-            torch._dynamo.reset()
-            with variant_context(variant), recording() as records:
-                run = torch.compile(fn) if variant.compile else fn
-                actual, compile_s = timed_first_call(lambda: run(*inputs))
-            call = lambda: run(*inputs)  # noqa: E731
-            replay = graph_replay_ms(call)
-            rows.append(
-                {
-                    "workload": f"{name} {str(dtype).removeprefix('torch.')}",
-                    "variant": variant.name,
-                    "kernels/call": kernels_per_call(call),
-                    "ms/call": cuda_time_ms(call),
-                    "graph replay ms": replay,
-                    "floor ms": floor_ms,
-                    "replay / floor": replay / floor_ms if replay else None,
-                    "first call s": compile_s,
-                    "max rel err": max_rel_error(actual, expected),
-                    "merged": sum(r.fired for r in records),
-                }
-            )
+            rows.append(measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms))
             print(rows[-1], flush=True)
     return rows
 
@@ -130,25 +110,10 @@ def training_rows() -> list[dict]:
     for name, fn, make, dtype in WORKLOADS:
         if name not in TRAINING or dtype != torch.float32:
             continue
-        inputs = make(dtype, True)
+        inputs = tuple(make(dtype, True))
         grads = [torch.randn_like(out) for out in fn(*inputs)]
-        expected = torch.autograd.grad(fn(*inputs), inputs, grads)
         for variant in VARIANTS:
-            torch._dynamo.reset()
-            with variant_context(variant):
-                run = torch.compile(fn) if variant.compile else fn
-                step = lambda: torch.autograd.grad(run(*inputs), inputs, grads)  # noqa: E731
-                actual, compile_s = timed_first_call(step)
-            rows.append(
-                {
-                    "workload": f"{name} training step",
-                    "variant": variant.name,
-                    "kernels/call": kernels_per_call(step),
-                    "ms/call": cuda_time_ms(step),
-                    "first call s": compile_s,
-                    "max rel err": max_rel_error(list(actual), list(expected)),
-                }
-            )
+            rows.append(measure_training_step(f"{name} training step", variant, fn, inputs, grads))
             print(rows[-1], flush=True)
     return rows
 

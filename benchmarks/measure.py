@@ -257,3 +257,51 @@ def timed_first_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     result = fn()
     torch.cuda.synchronize()
     return result, time.perf_counter() - start
+
+
+def measure_inference(
+    workload: str, variant: Variant, fn: Callable[..., Any], inputs: tuple[Any, ...], expected: Any, floor_ms: float
+) -> dict[str, Any]:
+    """One row: ``fn(*inputs)`` under ``variant``, compiled fresh: kernels and time per call, GPU time under graph
+    replay against the memory floor, compile time, error against ``expected``, optimus_ir rules fired."""
+    from optimus_ir.registry import recording
+
+    torch._dynamo.reset()
+    with variant_context(variant), recording() as records:
+        run = torch.compile(fn) if variant.compile else fn
+        actual, compile_s = timed_first_call(lambda: run(*inputs))
+    call = lambda: run(*inputs)  # noqa: E731
+    replay = graph_replay_ms(call)
+    return {
+        "workload": workload,
+        "variant": variant.name,
+        "kernels/call": kernels_per_call(call),
+        "ms/call": cuda_time_ms(call),
+        "graph replay ms": replay,
+        "floor ms": floor_ms,
+        "replay / floor": replay / floor_ms if replay else None,
+        "first call s": compile_s,
+        "max rel err": max_rel_error(actual, expected),
+        "rules fired": sum(r.fired for r in records),
+    }
+
+
+def measure_training_step(
+    workload: str, variant: Variant, fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], grads: Any
+) -> dict[str, Any]:
+    """One row: forward + backward of ``fn`` (gradients of ``inputs`` for output gradients ``grads``) under
+    ``variant``, compiled fresh: kernels and time per step, compile time, error of the gradients against eager."""
+    expected = torch.autograd.grad(fn(*inputs), inputs, grads)
+    torch._dynamo.reset()
+    with variant_context(variant):
+        run = torch.compile(fn) if variant.compile else fn
+        step = lambda: torch.autograd.grad(run(*inputs), inputs, grads)  # noqa: E731
+        actual, compile_s = timed_first_call(step)
+    return {
+        "workload": workload,
+        "variant": variant.name,
+        "kernels/call": kernels_per_call(step),
+        "ms/call": cuda_time_ms(step),
+        "first call s": compile_s,
+        "max rel err": max_rel_error(list(actual), list(expected)),
+    }

@@ -19,13 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (  # noqa: E402
     VARIANTS,
     copy_bandwidth_bytes_per_ms,
-    cuda_time_ms,
-    graph_replay_ms,
     header,
-    kernels_per_call,
-    max_rel_error,
-    timed_first_call,
-    variant_context,
+    measure_inference,
+    measure_training_step,
     write_results,
 )
 
@@ -69,23 +65,8 @@ def training_rows() -> list[dict]:
     for name, fn, shape, dtype in TRAINING_WORKLOADS:
         x = torch.randn(shape, dtype=dtype, device="cuda", requires_grad=True)
         grad = torch.randn(shape, dtype=dtype, device="cuda")
-        (expected,) = torch.autograd.grad(fn(x), x, grad)
         for variant in VARIANTS:
-            torch._dynamo.reset()
-            with variant_context(variant):
-                run = torch.compile(fn) if variant.compile else fn
-                step = lambda: torch.autograd.grad(run(x), x, grad)  # noqa: E731
-                (actual,), compile_s = timed_first_call(step)
-            rows.append(
-                {
-                    "workload": name,
-                    "variant": variant.name,
-                    "kernels/call": kernels_per_call(step),
-                    "ms/call": cuda_time_ms(step),
-                    "first call s": compile_s,
-                    "max rel err": max_rel_error(actual, expected),
-                }
-            )
+            rows.append(measure_training_step(name, variant, fn, (x,), grad))
             print(rows[-1], flush=True)
     return rows
 
@@ -98,28 +79,9 @@ def main() -> None:
     rows = training_rows()
     for name, fn, shape, dtype in WORKLOADS:
         x = torch.randn(shape, dtype=dtype, device="cuda")
-        expected = fn(x)
         floor_ms = 2 * x.numel() * x.element_size() / bandwidth
         for variant in VARIANTS:
-            torch._dynamo.reset()
-            with variant_context(variant):
-                run = torch.compile(fn) if variant.compile else fn
-                actual, compile_s = timed_first_call(lambda: run(x))
-            call = lambda: run(x)  # noqa: E731
-            replay = graph_replay_ms(call)
-            rows.append(
-                {
-                    "workload": name,
-                    "variant": variant.name,
-                    "kernels/call": kernels_per_call(call),
-                    "ms/call": cuda_time_ms(call),
-                    "graph replay ms": replay,
-                    "floor ms": floor_ms,
-                    "replay / floor": replay / floor_ms if replay else None,
-                    "first call s": compile_s,
-                    "max rel err": max_rel_error(actual, expected),
-                }
-            )
+            rows.append(measure_inference(name, variant, fn, (x,), fn(x), floor_ms))
             print(rows[-1], flush=True)
     meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
     columns = list(rows[-1])
