@@ -1,10 +1,11 @@
-"""Embedding bags of a fixed size, lowered to Inductor reductions instead of one extern kernel per table.
+"""Embedding bags of a fixed size, lowered to Inductor reductions and scatters instead of ATen's kernels.
 
-Stock Inductor calls ATen's ``_embedding_bag`` kernel for every ``nn.EmbeddingBag``: a recommendation model with 26
-tables launches 26 extern kernels that nothing can merge. With bags of one fixed size (2-d inputs, which
-``F.embedding_bag`` turns into ``offsets = arange(0, B*L, L)``), a bag is a sum over ``L`` rows of the table: an
-Inductor reduction, which fuses with what follows and which ``IdenticalKernelsToMemberTableKernel`` merges across
-tables.
+Stock Inductor calls ATen's ``_embedding_bag`` (or ``_embedding_bag_forward_only``) kernel for every
+``nn.EmbeddingBag``, and ATen's ``_embedding_bag_backward`` for its gradient (sort-based: about twenty launches per
+table on a GPU). A recommendation model with 26 tables launches hundreds of kernels that nothing can merge. With
+bags of one fixed size (2-d inputs, which ``F.embedding_bag`` turns into ``offsets = arange(0, B*L, L)``), a bag is
+a sum over ``L`` rows of the table: an Inductor reduction, which fuses with what follows and which
+``IdenticalKernelsToMemberTableKernel`` merges across tables; its gradient is one scatter-add into zeros.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ from typing import Any
 
 import torch
 from torch._inductor import ir
+from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
+from torch.utils._sympy.functions import FloorDiv
 
 from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
 
 aten = torch.ops.aten
 
 _SUM, _MEAN = 0, 1  # ATen's embedding_bag modes (2 is max)
+
+#: ``node.meta`` key of an ``_embedding_bag_backward`` whose offsets the joint graph shows to be ``iota(B, 0, L)``
+_REGULAR_BAG_SIZE = "optimus_ir_regular_bag_size"
 
 
 def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
@@ -37,9 +43,14 @@ def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
     return step
 
 
+def _is_static(*boxes: Any) -> bool:
+    return all(isinstance(s, int) or getattr(s, "is_Integer", False) for box in boxes for s in box.get_size())
+
+
 @register
 class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
-    """``_embedding_bag_forward_only`` with bags of one size ``L`` → a sum (or mean) over ``L`` table rows.
+    """``_embedding_bag`` / ``_embedding_bag_forward_only`` with bags of one size ``L`` → a sum (or mean) over ``L``
+    table rows. (ATen calls ``_embedding_bag`` whenever the table requires grad, also under ``no_grad``.)
 
     Before (``nn.EmbeddingBag(N, D, mode="sum")(ids)``, ids of shape [B, L])::
 
@@ -57,7 +68,7 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
 
     name = "EmbeddingBagOfRegularBagsToReduction"
     pass_name = "horizontal"
-    op = aten._embedding_bag_forward_only.default
+    op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
 
     def rewrite(
         self,
@@ -80,8 +91,7 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
             raise Reject("per-sample weights, include_last_offset or a padding index")
         if any(user.target is not operator.getitem or user.args[1] != 0 for user in fx_node.users):
             raise Reject("offset2bag / bag_size / max_indices are read (training): ATen's kernel computes them")
-        sizes = [*weight.get_size(), *indices.get_size()]
-        if not all(isinstance(s, int) or getattr(s, "is_Integer", False) for s in sizes):
+        if not _is_static(weight, indices):
             raise Reject("symbolic sizes")
         (numel,) = [int(s) for s in indices.get_size()]
         bag = _regular_bag_size(fx_node.args[2], numel)
@@ -127,3 +137,86 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
         out = ir.Pointwise.create(device=weight.get_device(), dtype=weight.get_dtype(), inner_fn=output_fn,
                                   ranges=[bags, dim])
         return (out, None, None, None), detail
+
+
+
+@register
+class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
+    """``_embedding_bag_backward`` of bags of one size ``L`` → zeros and one atomic scatter-add (what Inductor makes
+    of ``nn.Embedding``'s backward) instead of ATen's sort-based kernels.
+
+    Before (the backward graph of a training step; ``offsets`` is a saved tensor there, so this rule marks the
+    node in the joint graph, where the forward's ``offsets = iota(B, start=0, step=L)`` is visible)::
+
+        grad_weight = _embedding_bag_backward(grad, ids, offsets, offset2bag, bag_size, max_indices, N, ...)
+
+    After::
+
+        grad_weight = zeros(N, D)
+        grad_weight[ids[i], d] += grad[i // L, d]          # ir.Scatter, atomic_add (times 1/L in mean mode)
+
+    Sum and mean modes, dense gradients, no per-sample weights, padding index or ``scale_grad_by_freq``, static
+    sizes. Inductor's ``_unsafe_index_put`` lowering makes the scatter, and falls back to ATen's index_put where
+    atomics cannot serve (deterministic mode, dtypes without atomic add). Low precision accumulates in fp32.
+    """
+
+    name = "EmbeddingBagBackwardOfRegularBagsToScatterAdd"
+    pass_name = "horizontal"
+    op = aten._embedding_bag_backward.default
+
+    def annotate_joint_graph(self, graph: Any) -> None:
+        for node in graph.find_nodes(op="call_function", target=self.op):
+            indices = node.args[1]
+            value = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
+            numel = value.numel() if isinstance(value, torch.Tensor) else None
+            bag = _regular_bag_size(node.args[2], numel) if isinstance(numel, int) else None
+            if bag is not None:
+                node.meta[_REGULAR_BAG_SIZE] = bag
+
+    def rewrite(
+        self,
+        grad: Any,
+        indices: Any,
+        offsets: Any,
+        offset2bag: Any,
+        bag_size: Any,
+        maximum_indices: Any,
+        num_weights: int,
+        scale_grad_by_freq: bool,
+        mode: int,
+        sparse: bool,
+        per_sample_weights: Any,
+        padding_idx: int = -1,
+    ) -> tuple[Any, str]:
+        fx_node = V.graph.current_node
+        if fx_node is None:
+            raise NotApplicable("no FX node")
+        if sparse:
+            raise Reject("sparse gradient")  # (ATen's autograd calls the sparse backward directly; kept as a guard)
+        if mode not in (_SUM, _MEAN):
+            raise Reject("max mode")
+        if scale_grad_by_freq or per_sample_weights is not None or padding_idx not in (-1, None):
+            raise Reject("per-sample weights, scale_grad_by_freq or a padding index")
+        if not _is_static(grad, indices) or not isinstance(num_weights, int):
+            raise Reject("symbolic sizes")
+        bag = fx_node.meta.get(_REGULAR_BAG_SIZE)
+        if bag is None:
+            raise Reject("offsets are not proven to be iota(B, start=0, step=L) in the joint graph")
+        (numel,) = (int(s) for s in indices.get_size())
+        dim = int(grad.get_size()[1])
+        dtype = grad.get_dtype()
+        acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        grad_loader = grad.make_loader()
+        scale = 1.0 / bag if mode == _MEAN else None
+
+        def value_fn(index: list[Any]) -> Any:
+            position, d = index
+            value = ops.to_dtype(grad_loader([FloorDiv(position, bag), d]), acc)
+            return value * ops.constant(scale, acc) if scale is not None else value
+
+        values = ir.Pointwise.create(device=grad.get_device(), dtype=acc, inner_fn=value_fn, ranges=[numel, dim])
+        zeros = full([num_weights, dim], 0, dtype=acc, device=grad.get_device())
+        grad_weight = lowerings[aten._unsafe_index_put.default](zeros, [indices], values, True)
+        kind = "mean" if mode == _MEAN else "sum"
+        detail = f"gradient of {numel // bag} {kind} bags of {bag} rows → a scatter-add into a {num_weights}x{dim} table"
+        return to_dtype(grad_weight, dtype), detail

@@ -69,10 +69,14 @@ class LoweringRule:
 
     name: ClassVar[str]
     pass_name: ClassVar[str]
-    op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over
+    op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over, or a tuple of them
 
     def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         raise NotImplementedError
+
+    def annotate_joint_graph(self, graph: Any) -> None:
+        """Record, in ``node.meta``, facts that only the joint forward + backward FX graph shows, for ``rewrite`` to
+        read when the backward graph is lowered on its own (the partitioner copies ``meta``). Default: none."""
 
 
 class SchedulerRule:
@@ -199,7 +203,8 @@ def install_lowerings() -> None:
 
     by_op: dict[Any, list[LoweringRule]] = {}
     for rule in lowering_rules():
-        by_op.setdefault(rule.op, []).append(rule)
+        for op in rule.op if isinstance(rule.op, tuple) else (rule.op,):
+            by_op.setdefault(op, []).append(rule)
     for op, rules in by_op.items():
         if op not in _stock_lowerings:
             _stock_lowerings[op] = lowerings[op]
@@ -215,6 +220,18 @@ def uninstall_lowerings() -> None:
     for op, stock in _stock_lowerings.items():
         lowerings[op] = stock
     _stock_lowerings.clear()
+
+
+def annotate_joint_graph(graph: Any) -> None:
+    """``config.joint_custom_post_pass``: each enabled lowering rule annotates the joint graph (never fails)."""
+    for rule in lowering_rules():
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            rule.annotate_joint_graph(graph)
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised annotating the joint graph", rule.name, exc_info=True)
+            record(rule.name, False, ["<joint graph>"], f"internal error {error!r} annotating the joint graph")
 
 
 #: The pass that was in ``config._post_fusion_custom_pass`` before ours; run first.

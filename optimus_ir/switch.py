@@ -16,6 +16,8 @@ imported (lazily, so ``import torch`` stays as fast as without us):
   (version and a hash of its sources) and the enabled passes. It is the only hook Inductor puts in its FX-graph and
   AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. It
   chains whatever pass the user had installed;
+- ``config.joint_custom_post_pass`` (keyed the same way): the rules' annotations of the joint forward + backward
+  graph, which backward lowerings read;
 - ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
   scheduler-time rules, before and after Inductor's fusion (each chaining a user's pass).
 
@@ -154,7 +156,7 @@ def _package_dirs(root: Path) -> list[Path]:
 
 
 @functools.cache
-def _pass_classes() -> tuple[type, type]:
+def _pass_classes() -> tuple[type, type, type]:
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     from optimus_ir import registry
@@ -187,7 +189,16 @@ def _pass_classes() -> tuple[type, type]:
                 nodes = self.chained(nodes)
             return registry.run_scheduler_rules("pre_fusion", nodes)
 
-    return OptimusGraphPass, OptimusPreFusionPass
+    class OptimusJointPass(_Keyed):
+        """``joint_custom_post_pass``: the rules' facts about the joint forward + backward graph, before the
+        partition (a backward rule cannot see how the forward made a saved tensor)."""
+
+        def __call__(self, graph: Any) -> None:
+            if self.chained is not None:
+                self.chained(graph)
+            registry.annotate_joint_graph(graph)
+
+    return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
 
 
 def _install_config_hooks() -> None:
@@ -199,12 +210,14 @@ def _install_config_hooks() -> None:
 
     from optimus_ir import registry
 
-    post_grad_class, pre_fusion_class = _pass_classes()
+    post_grad_class, pre_fusion_class, joint_class = _pass_classes()
     if _installed_pass is None:
         _installed_pass = post_grad_class(config.post_grad_custom_post_pass)
         config.post_grad_custom_post_pass = _installed_pass
     if not isinstance(config._pre_fusion_custom_pass, pre_fusion_class):
         config._pre_fusion_custom_pass = pre_fusion_class(config._pre_fusion_custom_pass)
+    if not isinstance(config.joint_custom_post_pass, joint_class):
+        config.joint_custom_post_pass = joint_class(config.joint_custom_post_pass)
     if config._post_fusion_custom_pass is not registry.post_fusion_pass:
         registry.chained_post_fusion_pass = config._post_fusion_custom_pass
         config._post_fusion_custom_pass = registry.post_fusion_pass
@@ -229,6 +242,8 @@ def _uninstall() -> None:
         _installed_pass = None
     if isinstance(config._pre_fusion_custom_pass, _pass_classes()[1]):
         config._pre_fusion_custom_pass = config._pre_fusion_custom_pass.chained
+    if isinstance(config.joint_custom_post_pass, _pass_classes()[2]):
+        config.joint_custom_post_pass = config.joint_custom_post_pass.chained
     dump = sys.modules.get("optimus_ir.dump")
     if dump is not None:
         dump.uninstall()
