@@ -13,6 +13,8 @@ which a rule falls back to stock Inductor:
 - :func:`tile_strided`: do strided views of one storage lie side by side along a dimension, and as which view?
 - :func:`piece_containing`: which piece of a cat contains a slice ``[lo, hi)`` of it?
 - :func:`split_constant`: an index as ``rest + c`` (``c`` an integer): members that differ only in ``c`` share code.
+- :func:`flatten_loops`: an index over a loop nest as a function of one flat index (shapes that differ only in how
+  the same elements are nested compare equal).
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
@@ -21,12 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import functools
+
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 __all__ = [
     "bounded_div_mod",
     "constant_step",
+    "flatten_loops",
     "fold_pieces",
     "is_static",
     "join_div_mod",
@@ -266,3 +271,34 @@ def split_constant(expr: sympy.Expr) -> tuple[sympy.Expr, int]:
     constant = sum((int(term) for term in sympy.Add.make_args(expr) if term.is_Integer), 0)
     return sympy.expand(expr - constant) if constant else expr, constant
 
+
+
+@functools.cache
+def _static_simplifier() -> Callable[[sympy.Expr, dict[sympy.Symbol, int]], sympy.Expr]:
+    from torch._inductor.sizevars import SizeVarAllocator
+
+    return SizeVarAllocator().simplify_with_ranges
+
+
+def flatten_loops(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int], flat: sympy.Symbol) -> sympy.Expr:
+    """``expr`` over the loop variables ``ranges`` (outermost first, row-major, static sizes) as a function of one
+    flat index ``flat`` in ``[0, prod(sizes))``: variable ``j`` is ``(flat // stride_j) % size_j``, simplified with
+    Inductor's own range-aware simplifier.
+
+    A pointwise kernel runs over the flat index, so two of them whose indices flatten to the same expressions
+    compute the same function of it, whatever the shapes they were written for.
+
+    >>> from sympy import Symbol
+    >>> p0, p1, x = (Symbol(n, integer=True, nonnegative=True) for n in ("p0", "p1", "x"))
+    >>> flatten_loops(32*p0 + p1 + 7, {p0: 64, p1: 32}, x)
+    x + 7
+    >>> flatten_loops(p0 + 64*p1, {p0: 64, p1: 32}, x)   # a transpose stays shape-specific
+    ((x//32)) + 64*(ModularIndexing(x, 1, 32))
+    """
+    mapping: dict[sympy.Symbol, sympy.Expr] = {}
+    stride = 1
+    items = list(ranges.items())
+    for position, (var, size) in reversed(list(enumerate(items))):
+        mapping[var] = FloorDiv(flat, stride) if position == 0 else ModularIndexing(flat, stride, size)
+        stride *= int(size)
+    return _static_simplifier()(sympy.expand(sympy.sympify(expr).xreplace(mapping)), {flat: stride})

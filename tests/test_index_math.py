@@ -179,3 +179,25 @@ def test_split_constant_takes_the_top_level_integer_only():
     assert index_math.split_constant(sympy.Integer(7)) == (0, 7)
     inner = ModularIndexing(p1 + 8, 1, 16)
     assert index_math.split_constant(inner + 4) == (inner, 4)  # the 8 inside stays: it changes which elements
+
+
+x = sympy.Symbol("x", integer=True, nonnegative=True)
+p2 = sympy.Symbol("p2", integer=True, nonnegative=True)
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (128, 64), (100, 16), (3, 5, 7)])
+def test_flatten_loops_of_contiguous_access_is_the_flat_index(shape):
+    variables = (p0, p1, p2)[: len(shape)]
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    expr = sum(s * v for s, v in zip(strides, variables)) + 5
+    assert index_math.flatten_loops(expr, dict(zip(variables, shape)), x) == x + 5
+
+
+def test_flatten_loops_keeps_shapes_apart_where_access_is_not_contiguous():
+    transposed_a = index_math.flatten_loops(p0 + 64 * p1, {p0: 64, p1: 32}, x)
+    transposed_b = index_math.flatten_loops(p0 + 128 * p1, {p0: 128, p1: 64}, x)
+    assert transposed_a != transposed_b
+    # broadcast of a row: a bias [32] added to every row of [64, 32] reads (x % 32), not x
+    assert index_math.flatten_loops(p1, {p0: 64, p1: 32}, x) == ModularIndexing(x, 1, 32)
