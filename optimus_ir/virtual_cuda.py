@@ -375,6 +375,8 @@ def _aot_graphs(
             inference_compiler=capture("inference"),
             partition_fn=compile_fx.partition_fn,
             decompositions=select_decomp_table(),
+            # as compile_fx: an inference graph mutates its inputs in place (an optimizer step's kernels do)
+            keep_inference_input_mutations=True,
         )
     return graphs
 

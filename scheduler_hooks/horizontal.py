@@ -23,13 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from torch._inductor import config, ir
+from torch._inductor import config, ir, memory
 from torch._inductor.codegen.common import IndentedBuffer
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
 from torch._inductor.codegen.simd import SIMDScheduling
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
+from torch.utils._ordered_set import OrderedSet
 from torch._inductor.virtualized import V
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
@@ -63,9 +64,13 @@ class Structure:
     slots: list[str]  # buffer names, by slot
     numel: int  # the x extent (rows of a reduction, elements of a pointwise kernel)
     offsets: list[int]  # by slot: the constant (in elements) this member adds to every address of that buffer
+    updates_in_place: bool = False  # stores into a buffer it does not own (an input's update, a scatter)
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
+
+#: the flat index of a pointwise kernel, over which members' indices are compared
+_FLAT_INDEX = sympy.Symbol("x_flat", integer=True, nonnegative=True)
 
 
 def _addressed_buffers(blocks: list[Any]) -> dict[str, set[str] | None]:
@@ -131,8 +136,6 @@ def structure_of(node: Any) -> Structure | str:
     for snode in subnodes:
         if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
             return f"not a computed buffer: {snode.get_name()}"
-        if snode.node.get_mutation_names():
-            return f"mutation: {snode.get_name()} mutates {snode.node.get_mutation_names()}"
         iter_sizes, reduce_sizes = snode._sizes
         sizes = [*iter_sizes, *reduce_sizes]
         if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
@@ -153,15 +156,27 @@ def structure_of(node: Any) -> Structure | str:
                     if isinstance(arg, str) and arg in names:
                         slot_of.setdefault(arg, len(slot_of))
         addressed = _addressed_buffers(blocks)
+        # a pointwise kernel runs over the flat index: compare its indices as functions of that, not of the shape
+        flat = not snode.is_reduction()
         exprs = {}
         for name, expr in body.indexing_exprs.items():
+            if flat:
+                expr = index_math.flatten_loops(expr, body.var_ranges, _FLAT_INDEX)
             buffers = addressed.get(name)
             rest, constant = index_math.split_constant(expr) if buffers else (expr, 0)
             exprs[name] = (str(rest), constant)
             for buffer in buffers or ():
                 constants.setdefault(buffer, []).append(constant)
+        # an in-place update (optimizer steps, scatters) stores into the buffer it mutates: that buffer gets a slot
+        # too, and which slot each member mutates is part of the structure
+        mutated = {name: scheduler.mutation_real_name.get(name, name) for name in snode.get_buffer_names()}
+        if snode.is_reduction() and any(real != name for name, real in mutated.items()):
+            return f"in-place update in a reduction: {snode.get_name()} updates {sorted(mutated.values())}"
+        for real in mutated.values():
+            slot_of.setdefault(real, len(slot_of))
         written = tuple(
-            (name, scheduler.can_buffer_be_removed_through_fusion(name, op_names)) for name in snode.get_buffer_names()
+            (name, scheduler.can_buffer_be_removed_through_fusion(name, op_names), mutated[name])
+            for name in snode.get_buffer_names()
         )
         traced.append((snode, iter_sizes, reduce_sizes, blocks, exprs, written))
     # a member may add its own constant to every address of a buffer (x.split(8, 1)[i] reads x at +8*i): it goes
@@ -181,10 +196,10 @@ def structure_of(node: Any) -> Structure | str:
         parts.append(
             (
                 "reduction" if snode.is_reduction() else "pointwise",
-                tuple(int(s) for s in iter_sizes[1:]),
+                () if not snode.is_reduction() else tuple(int(s) for s in iter_sizes[1:]),
                 tuple(int(s) for s in reduce_sizes),
                 graphs,
-                tuple((slot_of.get(name), removable) for name, removable in written),
+                tuple((slot_of.get(name), removable, slot_of[real]) for name, removable, real in written),
             )
         )
     slots = sorted(slot_of, key=slot_of.__getitem__)
@@ -193,7 +208,8 @@ def structure_of(node: Any) -> Structure | str:
     if not isinstance(numel, (int, sympy.Integer)) or not isinstance(rnumel, (int, sympy.Integer)):
         return f"symbolic sizes: extent {numel} x {rnumel}"
     key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts))
-    return Structure(key, slots, int(numel), [base.get(name, 0) for name in slots])
+    in_place = any(real != name for *_, written in traced for name, _, real in written)
+    return Structure(key, slots, int(numel), [base.get(name, 0) for name in slots], in_place)
 
 
 def _triton_backend(node: Any) -> Any:
@@ -312,13 +328,14 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     def _merge_within_memory(self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool) -> list[Any]:
         """Merge ``part``; where the estimated peak memory would rise, merge each half instead (recursively)."""
         members = [m for m, _ in part]
+        before = _peak_memory(nodes)  # before the group exists: it takes over its members' operation names
         merged = MemberTableGroup(members, [s for _, s in part], reduction)
         candidate = replace_with_group(nodes, members, merged)
         if candidate is None:
             _forget(merged, members)
             record(self.name, False, [m.get_name() for m in members], "no schedule runs them together: split in two")
         else:
-            before, after = _peak_memory(nodes), _peak_memory(candidate)
+            after = _peak_memory(candidate)
             if after <= before:
                 record(
                     self.name, True, [m.get_name() for m in members],
@@ -359,42 +376,17 @@ def _forget(merged: Any, members: list[Any]) -> None:
 
 
 def _peak_memory(nodes: list[Any]) -> int:
-    """Bytes live at the peak when ``nodes`` run in this order: a buffer is allocated by the node that writes it and
-    freed after its last reader (graph outputs never); buffers read only inside their own kernel are never
-    allocated; graph inputs belong to the caller."""
+    """Inductor's own estimate of the peak memory of ``nodes``, in the order Inductor will run them: its reordering
+    for peak memory runs after this pass (tower by tower, say), and a group can stop it from interleaving."""
     scheduler = nodes[0].scheduler
-    outputs = set(V.graph.get_output_names())
-    last_read: dict[str, int] = {}
-    for step, node in enumerate(nodes):
-        for dep in node.read_writes.reads:
-            last_read[dep.name] = step
-    frees: dict[int, int] = {}
-    live = peak = 0
-    for step, node in enumerate(nodes):
-        for snode in node.get_nodes():
-            for buf in snode.get_outputs():
-                name = buf.get_name()
-                if name in V.graph.removed_buffers or _kernel_local(scheduler, buf):
-                    continue
-                layout = buf.node.get_output_spec()
-                if not isinstance(layout, ir.Layout) or isinstance(layout, (ir.NonOwningLayout, ir.MutationLayoutSHOULDREMOVE)):
-                    continue  # no storage of its own (a tuple of outputs, nothing, a view of another buffer)
-                size = V.graph.sizevars.size_hint(layout.storage_size(), fallback=0) * layout.dtype.itemsize
-                live += size
-                if name not in outputs:
-                    last = max(step, last_read.get(name, step))
-                    frees[last] = frees.get(last, 0) + size
-        peak = max(peak, live)
-        live -= frees.pop(step, 0)
+    planning = (
+        scheduler.name_to_buf, scheduler.name_to_fused_node,
+        OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
+    )
+    if config.reorder_for_peak_memory:
+        nodes = memory.reorder_for_peak_memory(nodes, *planning)
+    peak, _ = memory.prepare_planning_info(nodes, *planning)
     return peak
-
-
-def _kernel_local(scheduler: Any, buf: Any) -> bool:
-    """Whether every reader of ``buf`` is in the kernel that writes it (Inductor then never allocates it)."""
-    own = scheduler.name_to_fused_node[buf.defining_op_name()]
-    return all(
-        user.is_weak or scheduler.name_to_fused_node.get(user.get_name()) is own for user in buf.users
-    ) and buf.get_name() not in V.graph.get_output_names()
 
 
 class MemberTableGroup(ForeachKernelSchedulerNode):
@@ -569,8 +561,16 @@ class MemberTableKernel(TritonKernel):
     def codegen_kernel(self, name: str | None = None) -> str:
         numel = self.numels["x"]
         self.numels["x"] = self.size_hint_x
+        # the autotuner benchmarks configs by running the kernel, after cloning the arguments it mutates; it cannot
+        # clone what the table points to, so a kernel that updates buffers in place gets one config, run once
+        one_config = (
+            {"triton.autotune_pointwise": False, "max_autotune": False, "max_autotune_pointwise": False,
+             "coordinate_descent_tuning": False}
+            if any(s.updates_in_place for s in self.structures) else {}
+        )
         try:
-            return super().codegen_kernel(name)
+            with config.patch(one_config):
+                return super().codegen_kernel(name)
         finally:
             self.numels["x"] = numel
 

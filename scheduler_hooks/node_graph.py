@@ -18,9 +18,13 @@ def independent(node: Any, others: list[Any]) -> bool:
 
 def replace_with_group(nodes: list[Any], members: list[Any], group: Any) -> list[Any] | None:
     """``nodes`` with ``members`` replaced by ``group``, in a topological order; None if no order exists (a node
-    outside the group would have to run both after one member and before another)."""
+    outside the group would have to run both after one member and before another).
+
+    The order is the current one (Inductor's, already arranged for peak memory) with the group where its last
+    member was; only what must move (the group's dependencies) moves, ahead of it."""
     scheduler = group.scheduler
-    kept = sorted([n for n in nodes if n not in members] + [group], key=lambda n: n.min_order)
+    last = max(nodes.index(m) for m in members)
+    kept = [group if i == last else n for i, n in enumerate(nodes) if n not in members or i == last]
     ordered = scheduler.topological_sort_schedule(kept)
     written_by = {name: i for i, node in enumerate(ordered) for name in node.get_buffer_names()}
     for i, node in enumerate(ordered):

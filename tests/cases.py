@@ -290,6 +290,17 @@ def layer_norm_each(*args):
     return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(xs, weights, biases)]
 
 
+def sgd_momentum_each(*args):
+    # SGD with momentum, one parameter at a time (foreach=False): in-place updates of weights of different shapes
+    n = len(args) // 3
+    params, grads, buffers = args[:n], args[n : 2 * n], args[2 * n :]
+    for p, g, b in zip(params, grads, buffers):
+        p.add_(b.mul_(0.9).add_(g), alpha=-0.01)
+    return [*params, *buffers]
+
+
+_SGD_SHAPES = ((64, 32), (32,), (128, 64), (64,), (100, 16), (16,))
+
 _SEVEN_ROW_COUNTS = (64, 128, 33, 256, 7, 200, 100)
 
 CASES.extend(
@@ -309,6 +320,11 @@ CASES.extend(
         Case(
             "horizontal_layer_norm_4", layer_norm_each, _tensors(*[(48, 256)] * 4, *[(256,)] * 8), 4, 1,
             ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+        ),
+        Case(
+            # weights and biases of six shapes: their indices flatten to the same one, one kernel
+            "horizontal_sgd_momentum", sgd_momentum_each, _tensors(*_SGD_SHAPES * 3), 6, 1,
+            ("IdenticalKernelsToMemberTableKernel",),
         ),
         Case(
             "horizontal_row_sum_tanh_training", row_sum_of_tanh_each,
@@ -338,6 +354,25 @@ CASES.append(
         12,
         1,
         ("EmbeddingBagOfRegularBagsToReduction", "IdenticalKernelsToMemberTableKernel"),
+        atol=1e-4,
+    )
+)
+
+
+def embedding_bags_training(ids, *tables):
+    # the sparse arch in a training step: each table's bags (sum, then mean) scaled; the tables require grad
+    return [F.embedding_bag(i, table, mode="sum" if k % 2 == 0 else "mean") * (k + 1)
+            for k, (i, table) in enumerate(zip(ids.unbind(0), tables))]
+
+
+CASES.append(
+    Case(
+        "embedding_bags_training",
+        embedding_bags_training,
+        lambda: (torch.randint(0, 50, (4, 8, 3)), *[torch.randn(50, 16, requires_grad=True) for _ in range(4)]),
+        17,
+        14,  # forward unchanged (ATen's kernel saves offset2bag for it); backward 4 ATen kernels → 5 launches
+        ("EmbeddingBagBackwardOfRegularBagsToScatterAdd",),
         atol=1e-4,
     )
 )
