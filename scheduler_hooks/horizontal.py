@@ -376,17 +376,48 @@ def _forget(merged: Any, members: list[Any]) -> None:
 
 
 def _peak_memory(nodes: list[Any]) -> int:
-    """Inductor's own estimate of the peak memory of ``nodes``, in the order Inductor will run them: its reordering
-    for peak memory runs after this pass (tower by tower, say), and a group can stop it from interleaving."""
+    """Bytes live at the peak when ``nodes`` run in the order Inductor will run them (its reordering for peak memory
+    comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the node that
+    writes it and freed after its last reader (graph outputs never); buffers read only inside their own kernel are
+    never allocated; graph inputs belong to the caller."""
     scheduler = nodes[0].scheduler
-    planning = (
-        scheduler.name_to_buf, scheduler.name_to_fused_node,
-        OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
-    )
     if config.reorder_for_peak_memory:
-        nodes = memory.reorder_for_peak_memory(nodes, *planning)
-    peak, _ = memory.prepare_planning_info(nodes, *planning)
+        nodes = memory.reorder_for_peak_memory(
+            nodes, scheduler.name_to_buf, scheduler.name_to_fused_node,
+            OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
+        )
+    outputs = set(V.graph.get_output_names())
+    last_read: dict[str, int] = {}
+    for step, node in enumerate(nodes):
+        for dep in node.read_writes.reads:
+            last_read[dep.name] = step
+    frees: dict[int, int] = {}
+    live = peak = 0
+    for step, node in enumerate(nodes):
+        for snode in node.get_nodes():
+            for buf in snode.get_outputs():
+                name = buf.get_name()
+                if name in V.graph.removed_buffers or _kernel_local(scheduler, buf):
+                    continue
+                layout = buf.node.get_output_spec()
+                if not isinstance(layout, ir.Layout) or isinstance(layout, (ir.NonOwningLayout, ir.MutationLayoutSHOULDREMOVE)):
+                    continue  # no storage of its own (a tuple of outputs, nothing, a view of another buffer)
+                size = V.graph.sizevars.size_hint(layout.storage_size(), fallback=0) * layout.dtype.itemsize
+                live += size
+                if name not in outputs:
+                    last = max(step, last_read.get(name, step))
+                    frees[last] = frees.get(last, 0) + size
+        peak = max(peak, live)
+        live -= frees.pop(step, 0)
     return peak
+
+
+def _kernel_local(scheduler: Any, buf: Any) -> bool:
+    """Whether every reader of ``buf`` is in the kernel that writes it (Inductor then never allocates it)."""
+    own = scheduler.name_to_fused_node[buf.defining_op_name()]
+    return all(
+        user.is_weak or scheduler.name_to_fused_node.get(user.get_name()) is own for user in buf.users
+    ) and buf.get_name() not in V.graph.get_output_names()
 
 
 class MemberTableGroup(ForeachKernelSchedulerNode):
