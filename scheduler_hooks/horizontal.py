@@ -30,8 +30,8 @@ from torch._inductor.codegen.simd import SIMDScheduling
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
-from torch.utils._ordered_set import OrderedSet
 from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from optimus_ir import index_math

@@ -88,6 +88,7 @@ def test_enable_disable_and_context_restore_every_hook():
         assert passes == {"splitcat"}
         ours = config.post_grad_custom_post_pass
         assert type(ours).__name__ == "OptimusGraphPass"
+        assert type(config.joint_custom_post_pass).__name__ == "OptimusJointPass"
         ours(torch.fx.Graph())  # what Inductor does before lowering: installs the lowering override
         assert lowerings[torch.ops.aten.cat.default] is not stock_cat
         with optimus_ir.enabled(None):
@@ -98,6 +99,7 @@ def test_enable_disable_and_context_restore_every_hook():
     assert config.post_grad_custom_post_pass is user_pass
     assert lowerings[torch.ops.aten.cat.default] is stock_cat
     assert config._post_fusion_custom_pass is None
+    assert config.joint_custom_post_pass is None
 
 
 def test_user_post_grad_pass_is_chained_and_keyed():
