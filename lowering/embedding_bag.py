@@ -206,6 +206,9 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         dim = int(grad.get_size()[1])
         dtype = grad.get_dtype()
         acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        # each bag's gradient is read by its L ids: computed once into a [B, D] buffer (the tables' copies merge into
+        # one kernel), and the scatter then reads only that, not what it is computed from
+        grad.realize()
         grad_loader = grad.make_loader()
         scale = 1.0 / bag if mode == _MEAN else None
 

@@ -111,6 +111,7 @@ def _load_rules() -> None:
     import optimus_ir.lowering.views  # noqa: F401  (first: its cat rule must be tried before SplitCatToPointwise)
     import optimus_ir.lowering.embedding_bag  # noqa: F401
     import optimus_ir.lowering.split_cat  # noqa: F401
+    import optimus_ir.scheduler_hooks.scatter_targets  # noqa: F401
     import optimus_ir.scheduler_hooks.horizontal  # noqa: F401
     import optimus_ir.scheduler_hooks.piece_groups  # noqa: F401
 
