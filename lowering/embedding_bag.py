@@ -19,6 +19,7 @@ from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
 from torch.utils._sympy.functions import FloorDiv
 
+from optimus_ir import index_math
 from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
 
 aten = torch.ops.aten
@@ -41,10 +42,6 @@ def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
     if start != 0 or step <= 0 or length * step != indices_numel:
         return None
     return step
-
-
-def _is_static(*boxes: Any) -> bool:
-    return all(isinstance(s, int) or getattr(s, "is_Integer", False) for box in boxes for s in box.get_size())
 
 
 @register
@@ -91,7 +88,7 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
             raise Reject("per-sample weights, include_last_offset or a padding index")
         if any(user.target is not operator.getitem or user.args[1] != 0 for user in fx_node.users):
             raise Reject("offset2bag / bag_size / max_indices are read (training): ATen's kernel computes them")
-        if not _is_static(weight, indices):
+        if not index_math.is_static([*weight.get_size(), *indices.get_size()]):
             raise Reject("symbolic sizes")
         (numel,) = [int(s) for s in indices.get_size()]
         bag = _regular_bag_size(fx_node.args[2], numel)
@@ -197,7 +194,7 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
             raise Reject("max mode")
         if scale_grad_by_freq or per_sample_weights is not None or padding_idx not in (-1, None):
             raise Reject("per-sample weights, scale_grad_by_freq or a padding index")
-        if not _is_static(grad, indices) or not isinstance(num_weights, int):
+        if not index_math.is_static([*grad.get_size(), *indices.get_size(), num_weights]):
             raise Reject("symbolic sizes")
         bag = fx_node.meta.get(_REGULAR_BAG_SIZE)
         if bag is None:
