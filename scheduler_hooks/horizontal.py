@@ -469,7 +469,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         tiling = backend.select_tiling(schedule, numel, rnumel)
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
-            reduction=group.reduction,
+            reduction=group.reduction, call_site=rep.get_first_name(),
         )
         with config.patch(inplace_buffers=False):  # each member writes its own outputs
             backend.codegen_node_schedule_with_kernel(schedule, kernel)
@@ -485,7 +485,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         return
     kernel_name = backend.define_kernel(src_code, schedule, kernel)
     kernel.kernel_name = kernel_name
-    _allocate_returned_outputs_together(kernel_name, structures)
+    _allocate_returned_outputs_together(kernel_name, members, structures)
     with V.set_kernel_handler(kernel):
         for member in members:
             for node in member.get_nodes():
@@ -500,7 +500,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     backend.free_buffers_in_scheduler()
 
 
-def _allocate_returned_outputs_together(kernel_name: str, structures: list[Structure]) -> None:
+def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], structures: list[Structure]) -> None:
     """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
     (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
     ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer."""
@@ -510,9 +510,11 @@ def _allocate_returned_outputs_together(kernel_name: str, structures: list[Struc
     outputs = set(V.graph.get_output_names())
     for slot in range(len(structures[0].slots)):
         names = [s.slots[slot] for s in structures]
-        buffers = [V.graph.get_buffer(name) for name in names]
+        if not all(name in member.get_buffer_names() for name, member in zip(names, members)):
+            continue  # read by the members (a returned input of theirs, made earlier), or updated in place
         if any(name not in outputs or name in V.graph.removed_buffers for name in names):
             continue
+        buffers = [V.graph.get_buffer(name) for name in names]
         if any(s.offsets[slot] for s in structures):
             continue  # written at an offset: not a buffer of its own
         layouts = [buf.get_output_spec() for buf in buffers]
@@ -565,8 +567,13 @@ class MemberTableKernel(TritonKernel):
     receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel.
     """
 
-    def __init__(self, *args: Any, structures: list[Structure], reduction: bool, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, structures: list[Structure], reduction: bool, call_site: str, **kwargs: Any
+    ) -> None:
         self.structures = structures
+        #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
+        #: name), but their members, sizes and addresses differ
+        self.call_site = call_site
         numels = [s.numel for s in structures]
         self.align = _align(numels[0], reduction)
         padded = [-(-n // self.align) * self.align for n in numels]
@@ -645,7 +652,7 @@ class MemberTableKernel(TritonKernel):
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
         argdefs = [a.name for a in argdefs]
         tensor_args = {arg for arg, _ in self._tensor_args()}
-        table = f"{name}_members"
+        table = f"{name}_members_{self.call_site}"
         rep = self.structures[0]
         by_slot, byte_offsets = [], []
         for arg_name, outer in zip(argdefs, call_args):

@@ -1,6 +1,7 @@
 """IdenticalKernelsToMemberTableKernel: where it must merge, where it must not, how it splits groups, and the
 member table the merged kernels read at run time. Golden kernels and their numerics are in test_golden.py."""
 
+import re
 from types import SimpleNamespace
 from unittest import mock
 
@@ -64,6 +65,25 @@ def test_members_reading_a_shared_weight_merge():
 
     report = compile_report(fn, (torch.randn(64), *[torch.randn(16, 64) for _ in range(5)]))
     assert len(report.launches) == 1
+
+
+def test_groups_sharing_one_kernel_source_each_get_their_own_member_table():
+    """Inductor gives equal kernel sources one kernel; the two groups' tables (sizes, addresses) must stay apart."""
+
+    def fn(w, *xs):
+        first = [torch.tanh(x) for x in xs]
+        products = [y @ w for y in first]  # separate the groups; other numels
+        return first + products + [torch.tanh(p) for p in products]
+
+    inputs = (torch.randn(64, 48), *[torch.randn(rows, 64) for rows in (8, 8, 24)])
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert len([r for r in records if r.fired]) == 2
+    report = compile_report(fn, inputs)
+    names = [name for name in report.launches if name.startswith("triton")]
+    assert len(names) == 2 and len(set(names)) == 1, names  # one kernel, called by both groups
+    tables = re.findall(r"^(\w+) = MemberTable\(\[0, 2048, 4096\], \[(1536|1152), ", report.wrapper, re.M)
+    assert len({name for name, _ in tables}) == 2, tables
+    torch.testing.assert_close(actual, expected)
 
 
 # --------------------------------------------------------------------------------------------- must not fire
