@@ -10,6 +10,7 @@ a sum over ``L`` rows of the table: an Inductor reduction, which fuses with what
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 from torch._inductor import ir
 from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
+from torch.fx.operator_schemas import normalize_function
 from torch.utils._sympy.functions import FloorDiv
 
 from optimus_ir import index_math
@@ -137,6 +139,20 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
 
 
 
+def _unsupported(
+    mode: int, scale_grad_by_freq: bool, sparse: bool, per_sample_weights: Any, padding_idx: int | None = -1, **_: Any
+) -> str | None:
+    """Why ``EmbeddingBagBackwardOfRegularBagsToScatterAdd`` leaves a gradient to ATen, or None (arguments of
+    ``_embedding_bag_backward``)."""
+    if sparse:
+        return "sparse gradient"  # (ATen's autograd calls the sparse backward directly; kept as a guard)
+    if mode not in (_SUM, _MEAN):
+        return "max mode"
+    if scale_grad_by_freq or per_sample_weights is not None or padding_idx not in (-1, None):
+        return "per-sample weights, scale_grad_by_freq or a padding index"
+    return None
+
+
 @register
 class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
     """``_embedding_bag_backward`` of bags of one size ``L`` → zeros and one atomic scatter-add (what Inductor makes
@@ -161,14 +177,38 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
     pass_name = "horizontal"
     op = aten._embedding_bag_backward.default
 
-    def annotate_joint_graph(self, graph: Any) -> None:
+    def prepare_joint_graph(self, graph: Any) -> None:
+        """Mark each backward whose offsets are ``iota(B, 0, L)``; where ``rewrite`` then makes the gradient, give it
+        its own offsets (recomputed in the backward, not saved), ``offset2bag`` and ``max_indices`` empty and
+        ``bag_size`` as ``full([B], L)``: the same gradient in ATen too (it rebuilds an empty ``offset2bag`` from
+        the offsets, reads ``max_indices`` in max mode only, and without a padding index every bag has ``L`` ids).
+        The forward saves nothing of its bags then, so ``EmbeddingBagOfRegularBagsToReduction`` lowers it too."""
         for node in graph.find_nodes(op="call_function", target=self.op):
             indices = node.args[1]
             value = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
             numel = value.numel() if isinstance(value, torch.Tensor) else None
             bag = _regular_bag_size(node.args[2], numel) if isinstance(numel, int) else None
-            if bag is not None:
-                node.meta[_REGULAR_BAG_SIZE] = bag
+            if bag is None:
+                continue
+            node.meta[_REGULAR_BAG_SIZE] = bag
+            arguments = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+            if arguments is None or _unsupported(**arguments.kwargs) is not None:
+                continue
+            device, bags = value.device, numel // bag
+            offsets = node.args[2]
+            with graph.inserting_before(node):
+                # iota(B) * L: the same offsets, but not the forward's node (which CSE would make it), so that the
+                # partitioner recomputes them in the backward (never a kernel: rewrite does not read them)
+                steps = graph.call_function(offsets.target, (bags,), {**offsets.kwargs, "step": 1})
+                own_offsets = graph.call_function(aten.mul.Tensor, (steps, bag))
+                empty = graph.call_function(aten.full.default, ([0], 0), {"dtype": torch.int64, "device": device})
+                sizes = graph.call_function(aten.full.default, ([bags], bag), {"dtype": torch.int64, "device": device})
+            with torch._guards.detect_fake_mode([value]) or contextlib.nullcontext():
+                steps.meta["val"] = torch.arange(bags, dtype=torch.int64, device=device)
+                own_offsets.meta["val"] = steps.meta["val"] * bag
+                empty.meta["val"] = torch.full([0], 0, dtype=torch.int64, device=device)
+                sizes.meta["val"] = torch.full([bags], bag, dtype=torch.int64, device=device)
+            node.args = (*node.args[:2], own_offsets, empty, sizes, empty, *node.args[6:])
 
     def rewrite(
         self,
@@ -188,12 +228,9 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        if sparse:
-            raise Reject("sparse gradient")  # (ATen's autograd calls the sparse backward directly; kept as a guard)
-        if mode not in (_SUM, _MEAN):
-            raise Reject("max mode")
-        if scale_grad_by_freq or per_sample_weights is not None or padding_idx not in (-1, None):
-            raise Reject("per-sample weights, scale_grad_by_freq or a padding index")
+        reason = _unsupported(mode, scale_grad_by_freq, sparse, per_sample_weights, padding_idx)
+        if reason is not None:
+            raise Reject(reason)
         if not index_math.is_static([*grad.get_size(), *indices.get_size(), num_weights]):
             raise Reject("symbolic sizes")
         bag = fx_node.meta.get(_REGULAR_BAG_SIZE)

@@ -74,9 +74,11 @@ class LoweringRule:
     def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         raise NotImplementedError
 
-    def annotate_joint_graph(self, graph: Any) -> None:
-        """Record, in ``node.meta``, facts that only the joint forward + backward FX graph shows, for ``rewrite`` to
-        read when the backward graph is lowered on its own (the partitioner copies ``meta``). Default: none."""
+    def prepare_joint_graph(self, graph: Any) -> None:
+        """Before the partitioner splits the joint forward + backward FX graph: record in ``node.meta`` the facts
+        only it shows, for ``rewrite`` to read when the backward is lowered on its own (the partitioner copies
+        ``meta``), and make the backward stop reading what ``rewrite`` will not need (so that the forward need not
+        save it). Anything changed must compute the same values. Default: nothing."""
 
 
 class SchedulerRule:
@@ -223,16 +225,16 @@ def uninstall_lowerings() -> None:
     _stock_lowerings.clear()
 
 
-def annotate_joint_graph(graph: Any) -> None:
-    """``config.joint_custom_post_pass``: each enabled lowering rule annotates the joint graph (never fails)."""
+def prepare_joint_graph(graph: Any) -> None:
+    """``config.joint_custom_post_pass``: each enabled lowering rule prepares the joint graph (never fails)."""
     for rule in lowering_rules():
         if rule.pass_name not in enabled_passes():
             continue
         try:
-            rule.annotate_joint_graph(graph)
+            rule.prepare_joint_graph(graph)
         except Exception as error:  # a rule must never fail a compile
-            log.warning("optimus_ir rule %s raised annotating the joint graph", rule.name, exc_info=True)
-            record(rule.name, False, ["<joint graph>"], f"internal error {error!r} annotating the joint graph")
+            log.warning("optimus_ir rule %s raised preparing the joint graph", rule.name, exc_info=True)
+            record(rule.name, False, ["<joint graph>"], f"internal error {error!r} preparing the joint graph")
 
 
 #: The pass that was in ``config._post_fusion_custom_pass`` before ours; run first.

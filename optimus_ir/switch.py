@@ -16,8 +16,8 @@ imported (lazily, so ``import torch`` stays as fast as without us):
   (version and a hash of its sources) and the enabled passes. It is the only hook Inductor puts in its FX-graph and
   AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. It
   chains whatever pass the user had installed;
-- ``config.joint_custom_post_pass`` (keyed the same way): the rules' annotations of the joint forward + backward
-  graph, which backward lowerings read;
+- ``config.joint_custom_post_pass`` (keyed the same way): the rules' preparation of the joint forward + backward
+  graph (facts backward lowerings read; saved tensors they will not need, no longer read);
 - ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
   scheduler-time rules, before and after Inductor's fusion (each chaining a user's pass).
 
@@ -190,13 +190,13 @@ def _pass_classes() -> tuple[type, type, type]:
             return registry.run_scheduler_rules("pre_fusion", nodes)
 
     class OptimusJointPass(_Keyed):
-        """``joint_custom_post_pass``: the rules' facts about the joint forward + backward graph, before the
+        """``joint_custom_post_pass``: the rules' preparation of the joint forward + backward graph, before the
         partition (a backward rule cannot see how the forward made a saved tensor)."""
 
         def __call__(self, graph: Any) -> None:
             if self.chained is not None:
                 self.chained(graph)
-            registry.annotate_joint_graph(graph)
+            registry.prepare_joint_graph(graph)
 
     return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
 

@@ -29,7 +29,9 @@ from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedSchedul
 from torch._inductor.codegen.simd import SIMDScheduling
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
+from torch._inductor.dependencies import StarDep
 from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
+from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 from torch.utils._sympy.symbol import SymT, symbol_is_type
@@ -377,9 +379,12 @@ def _forget(merged: Any, members: list[Any]) -> None:
 
 def _peak_memory(nodes: list[Any]) -> int:
     """Bytes live at the peak when ``nodes`` run in the order Inductor will run them (its reordering for peak memory
-    comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the node that
-    writes it and freed after its last reader (graph outputs never); buffers read only inside their own kernel are
-    never allocated; graph inputs belong to the caller."""
+    comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the first node
+    that writes it or a view of it (a cat's output, when its first input is written into it) and freed after the
+    last reader of it or of its views (graph outputs never); buffers read only inside their own kernel are never
+    allocated. Graph inputs belong to the caller, but for those Inductor's wrapper frees (a backward's saved
+    tensors, as Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last
+    reader."""
     scheduler = nodes[0].scheduler
     if config.reorder_for_peak_memory:
         nodes = memory.reorder_for_peak_memory(
@@ -387,29 +392,55 @@ def _peak_memory(nodes: list[Any]) -> int:
             OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
         )
     outputs = set(V.graph.get_output_names())
+    first_write: dict[str, int] = {}  # by storage
     last_read: dict[str, int] = {}
+    storage_of: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     for step, node in enumerate(nodes):
         for dep in node.read_writes.reads:
             last_read[dep.name] = step
-    frees: dict[int, int] = {}
-    live = peak = 0
-    for step, node in enumerate(nodes):
         for snode in node.get_nodes():
             for buf in snode.get_outputs():
                 name = buf.get_name()
                 if name in V.graph.removed_buffers or _kernel_local(scheduler, buf):
                     continue
                 layout = buf.node.get_output_spec()
-                if not isinstance(layout, ir.Layout) or isinstance(layout, (ir.NonOwningLayout, ir.MutationLayoutSHOULDREMOVE)):
-                    continue  # no storage of its own (a tuple of outputs, nothing, a view of another buffer)
-                size = V.graph.sizevars.size_hint(layout.storage_size(), fallback=0) * layout.dtype.itemsize
-                live += size
-                if name not in outputs:
-                    last = max(step, last_read.get(name, step))
-                    frees[last] = frees.get(last, 0) + size
+                if isinstance(layout, ir.NonOwningLayout):
+                    storage_of[name] = layout.view.data.get_name()
+                elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
+                    storage_of[name] = name
+                    sizes[name] = _allocated_bytes(layout)
+                else:
+                    continue  # no storage (a tuple of outputs, nothing)
+                first_write.setdefault(storage_of[name], step)
+    views: dict[str, list[str]] = {}
+    for name, storage in storage_of.items():
+        views.setdefault(storage, []).append(name)
+    allocs: dict[int, int] = {}
+    frees: dict[int, int] = {}
+    for name, value in V.graph.graph_inputs.items():  # a backward's saved tensors: live until their last reader
+        layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
+        if name in last_read and isinstance(layout, ir.Layout) and not is_nonfreeable_buffers(StarDep(name)):
+            size = _allocated_bytes(layout)
+            allocs[0] = allocs.get(0, 0) + size
+            frees[last_read[name]] = frees.get(last_read[name], 0) + size
+    for storage, size in sizes.items():
+        allocs[first_write[storage]] = allocs.get(first_write[storage], 0) + size
+        if not any(name in outputs for name in views[storage]):
+            last = max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
+            frees[last] = frees.get(last, 0) + size
+    live = peak = 0
+    for step in range(len(nodes)):
+        live += allocs.get(step, 0)
         peak = max(peak, live)
-        live -= frees.pop(step, 0)
+        live -= frees.get(step, 0)
     return peak
+
+
+def _allocated_bytes(layout: ir.Layout) -> int:
+    """What the CUDA caching allocator hands out for a buffer of this layout: whole 512-byte blocks."""
+    size = V.graph.sizevars.size_hint(layout.storage_size(), fallback=0) * layout.dtype.itemsize
+    return -(-size // 512) * 512
 
 
 def _kernel_local(scheduler: Any, buf: Any) -> bool:

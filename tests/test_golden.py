@@ -15,6 +15,7 @@ from optimus_ir.registry import recording
 
 from cases import CASES, backward_with_same_grads
 from golden import GOLDEN_DIR, assert_golden, render
+from wrapper_memory import peak_bytes
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -27,6 +28,8 @@ def test_golden_kernels(case):
     fired = {r.rule for r in report.rewrites if r.fired}
     assert set(case.fired) <= fired
     assert_golden(case.name, render(report, stock))
+    for graph, stock_graph in zip(report.graphs, stock.graphs, strict=True):  # a rewrite never raises peak memory
+        assert peak_bytes(graph.wrapper) <= peak_bytes(stock_graph.wrapper), graph.name
 
 
 def _clone_inputs(inputs):
