@@ -17,18 +17,27 @@ CUDA graphs: a graph replays the copy that filled the table, from the same host 
 So a table filled while a graph is being captured comes from one of a few page-locked host / device buffer pairs
 made outside any capture (on the first call) and never written or freed again: every replay rewrites the same
 addresses, which are the graph's addresses (a graph is replayed with new data copied into its own input buffers).
-Cudagraph trees (``mode="reduce-overhead"``) are not served: the horizontal pass declines those compiles.
+
+Cudagraph trees (``mode="reduce-overhead"``) route every allocation of the thread that warms up or records a graph
+to that graph's memory pool, and refuse a graph whose pool holds tensors that are not its outputs. For those
+compiles (``outside_graph_pools=True``) the tables and buffers are made on a helper thread, outside the pools, with
+blocking copies; their recordings capture in thread-local mode, so buffer pairs are made as recordings need them.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 __all__ = ["MemberTable"]
 
 _INT64_MAX = 2**63 - 1
+
+_T = TypeVar("_T")
 
 
 #: Host and device buffers a captured CUDA graph may read from at replay: never freed (a few KB per merged kernel),
@@ -51,6 +60,26 @@ def _registered_host_buffer(size: int) -> torch.Tensor:
     return buffer
 
 
+def _on_helper_thread(make: Callable[[], _T]) -> _T:
+    """``make()`` run on a new thread: its CUDA allocations are not routed to the pool of a graph that this thread
+    is warming up or recording."""
+    results: list[_T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            results.append(make())
+        except BaseException as error:  # re-raised on the calling thread
+            errors.append(error)
+
+    thread = threading.Thread(target=target, name="optimus_ir-member-table")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
 class MemberTable:
     """The member table of one shared-body kernel: its constant part, and a cache of full tables by addresses."""
 
@@ -62,12 +91,15 @@ class MemberTable:
         byte_offsets: list[int] | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
+        outside_graph_pools: bool = False,
     ) -> None:
         self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels]
         #: added to each tensor's address: a member may read its buffer at an offset the shared body does not add
         self.byte_offsets = byte_offsets
         self.cache_size = cache_size
         self.capture_buffers = capture_buffers
+        #: the compile uses cudagraph trees: tensors are made on a helper thread (see the module docstring)
+        self.outside_graph_pools = outside_graph_pools
         self._recent: collections.OrderedDict[tuple[object, ...], torch.Tensor] = collections.OrderedDict()
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -96,6 +128,8 @@ class MemberTable:
         host = torch.tensor([*self.constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu")
         if device.type == "cpu":
             return host
+        if self.outside_graph_pools:
+            return _on_helper_thread(lambda: host.to(device))  # pageable memory: done when it returns
         # asynchronous only from pinned memory; the caching host allocator keeps the block until the copy is done
         return host.pin_memory().to(device, non_blocking=True)
 
@@ -104,18 +138,25 @@ class MemberTable:
             return list(addresses)
         return [address + offset for address, offset in zip(addresses, self.byte_offsets)]
 
-    def _make_capture_buffers(self, device: torch.device, addresses: int) -> None:
+    def _make_capture_buffers(self, device: torch.device, addresses: int, count: int | None = None) -> None:
         size = len(self.constant) + addresses
-        self._unused_capture_buffers = [
-            (_registered_host_buffer(size), torch.empty(size, dtype=torch.int64, device=device))
-            for _ in range(self.capture_buffers)
-        ]
-        _KEPT_FOR_GRAPHS.extend(self._unused_capture_buffers)
+
+        def make() -> list[tuple[torch.Tensor, torch.Tensor]]:
+            return [
+                (_registered_host_buffer(size), torch.empty(size, dtype=torch.int64, device=device))
+                for _ in range(self.capture_buffers if count is None else count)
+            ]
+
+        buffers = _on_helper_thread(make) if self.outside_graph_pools else make()
+        self._unused_capture_buffers = [*(self._unused_capture_buffers or []), *buffers]
+        _KEPT_FOR_GRAPHS.extend(buffers)
 
     def _for_capture(self, key: tuple[object, ...]) -> torch.Tensor:
         table = self._captured.get(key)
         if table is not None:
             return table
+        if not self._unused_capture_buffers and self.outside_graph_pools:
+            self._make_capture_buffers(key[0], len(key) - 1, count=1)
         if not self._unused_capture_buffers:
             raise RuntimeError(
                 f"optimus_ir: more than {self.capture_buffers} CUDA graphs captured with different addresses for one "

@@ -257,11 +257,6 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     pass_name = "horizontal"
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
-        if config.triton.cudagraphs:
-            # measured on the H200: cudagraph trees find the member tables in the graph's memory pool and refuse
-            # the graph; manual torch.cuda.graph capture works. Until tables live outside the pool: stock kernels.
-            record(self.name, False, ["<graph>"], "CUDA graphs (mode='reduce-overhead'): not merged, stock kernels")
-            return nodes
         by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
         backends: dict[Any, Any] = {}
         left_out: dict[str, list[str]] = {}
@@ -435,6 +430,11 @@ def _peak_memory(nodes: list[Any]) -> int:
         peak = max(peak, live)
         live -= frees.get(step, 0)
     return peak
+
+
+def _cudagraph_trees() -> bool:
+    """Whether this compile's graphs run under cudagraph trees (``mode="reduce-overhead"``)."""
+    return bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
 
 
 def _allocated_bytes(layout: ir.Layout) -> int:
@@ -693,9 +693,11 @@ class MemberTableKernel(TritonKernel):
                 by_slot.extend(s.slots[slot] for s in self.structures)
                 byte_offsets.extend((s.offsets[slot] - rep.offsets[slot]) * itemsize for s in self.structures)
         numels = [s.numel for s in self.structures]
-        offsets = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        if _cudagraph_trees():  # the table must not live in a graph's memory pool
+            options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
-        wrapper.header.writeline(f"{table} = MemberTable({self.starts!r}, {numels!r}, {self.pad_to}{offsets})")
+        wrapper.header.writeline(f"{table} = MemberTable({self.starts!r}, {numels!r}, {self.pad_to}{options})")
         wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)})")
         call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)

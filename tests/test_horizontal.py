@@ -2,6 +2,7 @@
 member table the merged kernels read at run time. Golden kernels and their numerics are in test_golden.py."""
 
 import re
+import threading
 from types import SimpleNamespace
 from unittest import mock
 
@@ -294,11 +295,30 @@ def test_row_reductions_of_any_row_counts(rows):
     torch.testing.assert_close(actual, expected)
 
 
-def test_cuda_graph_compiles_keep_stock_kernels_and_say_why():
-    nodes = [SimpleNamespace(name="never looked at")]
-    with torch._inductor.config.patch({"triton.cudagraphs": True}), recording() as records:
-        assert IdenticalKernelsToMemberTableKernel().rewrite(nodes) is nodes
-    assert [r.detail for r in records] == ["CUDA graphs (mode='reduce-overhead'): not merged, stock kernels"]
+def test_cuda_graph_compiles_make_their_tables_outside_the_graph_pools():
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = tuple(torch.randn(64, 64) for _ in range(4))
+    with mock.patch.object(horizontal, "_cudagraph_trees", return_value=True):  # (the virtual target captures none)
+        report = compile_report(fn, inputs)
+    assert len(report.launches) == 1
+    assert re.search(r"= MemberTable\(.*, outside_graph_pools=True\)$", report.wrapper, re.M)
+    assert "outside_graph_pools" not in compile_report(fn, inputs).wrapper
+
+
+def test_member_table_outside_graph_pools_is_made_on_another_thread():
+    made_on = []
+    real = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        made_on.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, outside_graph_pools=True)
+    with mock.patch.object(torch.Tensor, "to", to):
+        table._build((1, 2), torch.device("meta"))
+    assert made_on == ["optimus_ir-member-table"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
