@@ -1,0 +1,68 @@
+"""Host time per call, stock Inductor against optimus_ir: where per-call time is the host's (launch-bound
+workloads), what the member tables cost there. For each case: microseconds of host time per call (a loop of calls
+timed on the host, the GPU never the bottleneck for these sizes: checked by the replay column of suite.py) and how
+many member tables were built per call (a table is built only when its tensors' addresses are new).
+
+    python benchmarks/host_overhead.py --out DIR [--only multitask tanh_storm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import VARIANTS, cold_compile, header, variant_context, write_results  # noqa: E402
+from suite import Case, prepare  # noqa: E402
+
+from optimus_ir.runtime import MemberTable  # noqa: E402
+
+CASES = [Case(name, "small", "fp32", "inference") for name in ("multitask", "tanh_storm", "dlrm", "gelu_storm")]
+WARMUP, CALLS = 20, 300
+
+
+def host_us_per_call(call, calls: int = CALLS) -> float:
+    for _ in range(WARMUP):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*")
+    args = parser.parse_args()
+    rows = []
+    for case in [c for c in CASES if not args.only or c.workload in args.only]:
+        for variant in [v for v in VARIANTS if v.name in ("stock", "optimus_ir")]:
+            torch._dynamo.reset()
+            with cold_compile(), variant_context(variant):
+                call, _, _ = prepare(case, variant.compile)
+                builds = []
+                real_build = MemberTable._build
+
+                def counted(self, *a, **k):
+                    builds.append(1)
+                    return real_build(self, *a, **k)
+
+                with mock.patch.object(MemberTable, "_build", counted):
+                    us = host_us_per_call(call)
+            rows.append({"workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
+                         "tables built/call": round(len(builds) / (WARMUP + CALLS), 3)})
+            print(rows[-1], flush=True)
+    write_results(args.out, "host_overhead", header(" ".join(sys.argv)), rows, list(rows[0]))
+
+
+if __name__ == "__main__":
+    main()
