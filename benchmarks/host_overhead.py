@@ -9,6 +9,7 @@ many member tables were built per call (a table is built only when its tensors' 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--profile", action="store_true", help="print where optimus_ir's host time goes (cProfile)")
     args = parser.parse_args()
     rows = []
     for case in [c for c in CASES if not args.only or c.workload in args.only]:
@@ -58,6 +60,8 @@ def main() -> None:
 
                 with mock.patch.object(MemberTable, "_build", counted):
                     us = host_us_per_call(call)
+                if args.profile and variant.name == "optimus_ir":
+                    cProfile.runctx("host_us_per_call(call, 100)", globals(), {"call": call}, sort="tottime")
             rows.append({"workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
                          "tables built/call": round(len(builds) / (WARMUP + CALLS), 3)})
             print(rows[-1], flush=True)
