@@ -61,7 +61,8 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
 
         out = Reduction(sum over l < L of weight[ids[b*L + l], d], ranges [B, D])   # Triton, fusable, mergeable
 
-    Only where nothing reads the other three outputs (inference), without per-sample weights, padding index or
+    Only where nothing reads the other three outputs (inference; training where the backward is
+    ``EmbeddingBagBackwardOfRegularBagsToScatterAdd``'s), without per-sample weights, padding index or
     ``include_last_offset``, in sum or mean mode, with static sizes.
     """
 
