@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -23,7 +23,7 @@ from torch._inductor.ops_handler import WrapperHandler
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from optimus_ir import index_math
-from optimus_ir.registry import LoweringRule, Reject, register
+from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
 
 aten = torch.ops.aten
 
@@ -187,13 +187,24 @@ class _Fold:
     offset: sympy.Expr
     start: sympy.Expr  # first element along the cat dimension
     member_step: sympy.Expr | None  # for members at a stride: distance between members along the cat dimension
+    dim: int  # the cat dimension
+    #: a pointwise consumer of the cat applied to every value (``CatConsumerIntoPieces``): (value, cat coords) → value
+    epilogue: Callable[[Any, list[sympy.Expr]], Any] | None = None
 
     def value(self, index: Sequence[sympy.Expr]) -> Any:
         """The body at ``index`` (in ``ranges``), emitted through the current ops handler."""
         from torch._inductor.utils import sympy_subs
 
         replacements = dict(zip(self.out_vars, index))
-        return _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
+        value = _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
+        return value if self.epilogue is None else self.epilogue(value, self.cat_coords(index))
+
+    def cat_coords(self, index: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+        """The cat-output coordinates of ``index`` (in ``ranges``)."""
+        dim = self.dim
+        if self.member_step is None:
+            return [*index[:dim], index[dim] + self.start, *index[dim + 1 :]]
+        return [*index[:dim], self.start + index[dim] * self.member_step + index[dim + 1], *index[dim + 2 :]]
 
     def pointwise(self) -> Any:
         """ONE Pointwise that replays the template body with the folded index expressions."""
@@ -244,7 +255,7 @@ def _fold_contiguous(prog: _Progression, dim: int, out_stride: list[sympy.Expr])
         )
         for name, expr in first.body.indexing_exprs.items()
     }
-    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim], first.start, None)
+    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim], first.start, None, dim)
 
 
 def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) -> _Fold:
@@ -259,7 +270,7 @@ def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) ->
         for name, expr in first.body.indexing_exprs.items()
     }
     stride = [*out_stride[:dim], prog.start_step * out_stride[dim], *out_stride[dim:]]
-    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim], first.start, prog.start_step)
+    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim], first.start, prog.start_step, dim)
 
 
 def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
@@ -420,6 +431,93 @@ class SplitCatToPointwise(LoweringRule):
         group = tuple(buf.get_name() for buf in storage.data.inputs)
         PIECE_GROUPS.setdefault(V.graph, []).append(group)
         return ir.TensorBox(storage), f"{summary} written into one output, one kernel group {list(group)}"
+
+
+@register
+class CatConsumerIntoPieces(LoweringRule):
+    """A binary pointwise op (mul, add, sub, div) of a cat written piece by piece (``SplitCatToPointwise``'s
+    several progressions) and a tensor that broadcasts to it, or a number → the same pieces, each with the op
+    applied, written into the op's output: one kernel for both. The cat, then unread, is removed
+    (``DeadFoldedCatElimination``).
+
+    Before (the last layer of ``12 × (split into 16 → a different op per piece → cat → * scale)``)::
+
+        cat = ConcatKernel([relu fold → cat[:, 0:64], tanh fold → cat[:, 64:128], ...])   # one kernel
+        out = Pointwise(load(cat, 1024*o0 + o1) * load(scale, o1))                          # a second kernel
+
+    After::
+
+        out = ConcatKernel([relu(...) * load(scale, o1) → out[:, 0:64],
+                            tanh(...) * load(scale, o1 + 64) → out[:, 64:128], ...])        # one kernel
+
+    Only where the cat has no other reader, the op's output has the cat's shape and dtype, and ``add``/``sub`` have
+    ``alpha`` 1. Per-element work is the op once, whatever the number of pieces.
+    """
+
+    name = "CatConsumerIntoPieces"
+    pass_name = "splitcat"
+    op = (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor)
+
+    _OPS = {"mul": "mul", "add": "add", "sub": "sub", "div": "truediv"}
+
+    def rewrite(self, a: Any, b: Any, *, alpha: Any = 1) -> tuple[Any, str]:
+        from torch._inductor import ir
+        from torch._inductor.lowering import lowerings
+        from torch._inductor.virtualized import OpsWrapper, V, ops
+
+        fx_node = V.graph.current_node
+        written = WRITTEN_BY_FOLDS.get(V.graph, {})
+        cat_side = next((i for i, x in enumerate((a, b)) if _folded_cat_name(x) in written), None)
+        if fx_node is None or fx_node.target not in self.op or cat_side is None:
+            raise NotApplicable("no operand is a cat written piece by piece")
+        fx_cat = fx_node.args[cat_side]
+        if not isinstance(fx_cat, torch.fx.Node) or V.graph.env.get(fx_cat) is not (a, b)[cat_side]:
+            raise NotApplicable("called for another node's lowering")
+        if set(fx_cat.users) != {fx_node}:
+            raise Reject(f"the cat {fx_cat.name} has other readers: it is written anyway")
+        if alpha != 1:
+            raise Reject(f"alpha={alpha}")
+        cat, other = (a, b)[cat_side], (a, b)[1 - cat_side]
+        folds, size, stride, dim = written[_folded_cat_name(cat)]
+        value = fx_node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or list(value.shape) != [int(n) for n in size]:
+            raise Reject("the result does not have the cat's shape")
+        if value.dtype != cat.get_dtype() or (isinstance(other, ir.IRNode) and other.get_dtype() != value.dtype):
+            raise Reject(f"dtypes {cat.get_dtype()} and {getattr(other, 'get_dtype', lambda: type(other))()} → "
+                         f"{value.dtype}: a conversion")
+        if isinstance(other, ir.IRNode):
+            other_loader = lowerings[aten.expand.default](other, list(size)).make_loader()
+        elif isinstance(other, (int, float)):
+            other_loader = lambda coords: ops.constant(other, value.dtype)  # noqa: E731
+        else:
+            raise Reject(f"operand {type(other).__name__}")
+        op = getattr(ops, self._OPS[fx_node.target.__name__.split(".")[0]])
+
+        def epilogue(folded: Any, coords: list[sympy.Expr]) -> Any:
+            # a fold's body runs under the current handler (raw values); ``ops`` and loaders wrap theirs
+            result = op(folded, other_loader(coords)) if cat_side == 0 else op(other_loader(coords), folded)
+            return OpsWrapper._unwrap(result)
+
+        consumed = [dataclasses.replace(f, epilogue=_then(f.epilogue, epilogue)) for f in folds]
+        storage = _write_into_views(consumed, size, stride, dim)
+        group = tuple(buf.get_name() for buf in storage.data.inputs)
+        PIECE_GROUPS.setdefault(V.graph, []).append(group)
+        return ir.TensorBox(storage), f"{fx_node.target.__name__.split('.')[0]} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output"
+
+
+def _folded_cat_name(x: Any) -> str | None:
+    """The buffer name of a cat output ``SplitCatToPointwise`` wrote piece by piece, or None."""
+    from torch._inductor import ir
+
+    if isinstance(x, ir.TensorBox) and isinstance(x.data, ir.StorageBox) and isinstance(x.data.data, ir.ConcatKernel):
+        return x.data.get_name()
+    return None
+
+
+def _then(first: Callable[[Any, list[sympy.Expr]], Any] | None, second: Callable[[Any, list[sympy.Expr]], Any]) -> Any:
+    if first is None:
+        return second
+    return lambda value, coords: second(first(value, coords), coords)
 
 
 def _describe(folded: dict[str, sympy.Expr]) -> str:

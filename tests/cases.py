@@ -91,6 +91,14 @@ def split_ops_cat_chain3(x):
     return x.sum(dim=1)
 
 
+def split_ops_cat_scale_chain2(x, scale):
+    # 2 layers of split into 10 → a different op per piece → cat → * a per-column scale, the last one returned: the
+    # last scale is applied in the pieces (CatConsumerIntoPieces), so the whole chain is one kernel
+    for _ in range(2):
+        x = torch.cat([op(p) for op, p in zip(_CHAIN_OPS, x.chunk(10, dim=1))], dim=1) * scale
+    return x
+
+
 def split_relu_cat_training(x):
     # relu saves its output for the backward: the forward's pieces have a second consumer (no rewrite there)
     return torch.cat([torch.relu(p) for p in reversed(x.split(16, dim=1))], dim=1)
@@ -186,7 +194,17 @@ CASES = [
         _randn(16, 120),
         31,
         2,
-        ("SplitCatToPointwise", "DeadFoldedCatElimination", "PieceGroupToComboKernel"),
+        ("SplitCatToPointwise", "CatConsumerIntoPieces", "DeadFoldedCatElimination", "PieceGroupToComboKernel"),
+        atol=1e-4,
+        rtol=1e-4,
+    ),
+    Case(
+        "split_ops_cat_scale_chain2",
+        split_ops_cat_scale_chain2,
+        lambda: (torch.randn(16, 120), torch.rand(120) + 0.5),
+        21,
+        1,
+        ("SplitCatToPointwise", "CatConsumerIntoPieces", "DeadFoldedCatElimination", "PieceGroupToComboKernel"),
         atol=1e-4,
         rtol=1e-4,
     ),

@@ -208,8 +208,10 @@ def _layers(x, layers, keep_first=False):
 def test_chain_of_layers_reads_through_and_drops_the_inner_cats():
     report = compile_report(lambda x: _layers(x, 4), (torch.randn(8, 72),))
     fired = [r for r in report.rewrites if r.fired]
-    assert sum(r.rule == "DeadFoldedCatElimination" for r in fired) == 3  # the first three cats are never written
-    assert len(report.launches) == 2  # one kernel for the four layers (a branch per piece) and the last scale
+    # the four cats (each scale is applied in the pieces: CatConsumerIntoPieces) and the first three scaled outputs
+    # are never written: one kernel for the four layers and the last scale, a branch per piece
+    assert sum(r.rule == "DeadFoldedCatElimination" for r in fired) == 7
+    assert len(report.launches) == 1
 
 
 def test_returned_inner_cat_is_written_and_results_are_right():
@@ -218,9 +220,58 @@ def test_returned_inner_cat_is_written_and_results_are_right():
 
     report = compile_report(fn, (torch.randn(8, 72),))
     removed = [r for r in report.rewrites if r.rule == "DeadFoldedCatElimination" and r.fired]
-    assert len(removed) == 1  # the second cat only: the first one is returned (written, and read by layer 2)
+    # the three cats and the second scaled output; the first scaled output is returned (written, read by layer 2)
+    assert len(removed) == 4
     x = torch.randn(8, 72)
     expected = fn(x)
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(fn)(x)
     torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)  # exp of exp: rounding grows
+
+
+# ----------------------------------------------------------------------------------------- CatConsumerIntoPieces
+
+_OPS16 = (torch.relu, torch.tanh, torch.sigmoid, torch.abs) * 4
+
+
+def _split_ops_cat(x):
+    return torch.cat([op(p) for op, p in zip(_OPS16, x.chunk(16, dim=1))], dim=1)
+
+
+@pytest.mark.parametrize(
+    "consumer, reason",
+    [
+        (lambda cat, s: (cat * s, cat), None),  # the cat is returned as well: written anyway, no decision
+        (lambda cat, s: (cat * s, cat + 1), "has other readers"),
+        (lambda cat, s: torch.add(cat, s, alpha=2), "alpha=2"),
+        (lambda cat, s: cat * s.double(), "a conversion"),  # fp32 cat, fp64 result
+        (lambda cat, s: cat * s[:, None, None], "does not have the cat's shape"),  # [128, 64, 128]
+    ],
+    ids=["cat also returned", "cat read twice", "alpha", "dtype promotion", "result larger than the cat"],
+)
+def test_cat_consumer_must_not_fire(consumer, reason):
+    def fn(x, s):
+        return consumer(_split_ops_cat(x), s)
+
+    inputs = (torch.randn(64, 128), torch.rand(128) + 0.5)
+    report = compile_report(fn, inputs)
+    decisions = _decisions(report, "CatConsumerIntoPieces")
+    assert not any(r.fired for r in decisions), decisions
+    assert reason is None or (decisions and reason in decisions[0].detail), decisions
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.compile(fn)(*inputs)
+    torch.testing.assert_close(actual, fn(*inputs), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cat_first", [True, False])
+def test_cat_consumer_keeps_the_operand_order(cat_first):
+    def fn(x, s):
+        cat = _split_ops_cat(x)
+        return (cat - s) / (s + 1.0) if cat_first else s / (cat + 2.0)
+
+    inputs = (torch.randn(64, 128), torch.rand(128) + 0.5)
+    report = compile_report(fn, inputs)
+    assert len(report.launches) == 1
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.compile(fn)(*inputs)
+    torch.testing.assert_close(actual, fn(*inputs), atol=1e-5, rtol=1e-5)
