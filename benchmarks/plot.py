@@ -4,6 +4,7 @@ log scale. Reads the JSON that ``measure.write_results`` writes (``suite.json``,
 
     python benchmarks/plot.py RESULTS.json OUT.png
     python benchmarks/plot.py RESULTS.json OUT.png --metrics "kernels/call" "ms/call" "replay ms" "first call s"
+    python benchmarks/plot.py RUN1.json RUN2.json OUT.png      # the rows of several runs in one chart
 
 A row without a positive number for a metric (a failed CUDA-graph capture, say) has no bar there; a row with an
 error has the word "error" in its place.
@@ -68,11 +69,15 @@ def plot(results: dict[str, Any], out: Path, metrics: tuple[str, ...] = DEFAULT_
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, help="a results JSON file")
-    parser.add_argument("out", type=Path, help="the PNG to write")
+    parser.add_argument("results", type=Path, nargs="+", help="results JSON files, then the PNG to write")
     parser.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="row fields to plot")
     args = parser.parse_args()
-    plot(json.loads(args.results.read_text()), args.out, tuple(args.metrics))
+    *inputs, out = args.results
+    if not inputs:
+        parser.error("give at least one results JSON file and the PNG to write")
+    runs = [json.loads(path.read_text()) for path in inputs]
+    plot({"meta": runs[0].get("meta", {}), "rows": [row for run in runs for row in run["rows"]]}, out,
+         tuple(args.metrics))
 
 
 if __name__ == "__main__":
