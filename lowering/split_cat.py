@@ -255,7 +255,8 @@ def _fold_contiguous(prog: _Progression, dim: int, out_stride: list[sympy.Expr])
         )
         for name, expr in first.body.indexing_exprs.items()
     }
-    return _Fold(first, ranges, out_vars, exprs, list(out_stride), first.start * out_stride[dim], first.start, None, dim)
+    offset = first.start * out_stride[dim]
+    return _Fold(first, ranges, out_vars, exprs, list(out_stride), offset, first.start, None, dim)
 
 
 def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) -> _Fold:
@@ -270,7 +271,8 @@ def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) ->
         for name, expr in first.body.indexing_exprs.items()
     }
     stride = [*out_stride[:dim], prog.start_step * out_stride[dim], *out_stride[dim:]]
-    return _Fold(first, ranges, out_vars, exprs, stride, first.start * out_stride[dim], first.start, prog.start_step, dim)
+    offset = first.start * out_stride[dim]
+    return _Fold(first, ranges, out_vars, exprs, stride, offset, first.start, prog.start_step, dim)
 
 
 def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
@@ -319,6 +321,18 @@ def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[s
     if not any(user.op == "output" for user in V.graph.current_node.users):
         WRITTEN_BY_FOLDS.setdefault(V.graph, {})[concat.name] = (folds, size, stride, dim)
     return storage
+
+
+def _write_as_one_kernel_group(
+    folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int
+) -> tuple[Any, tuple[str, ...]]:
+    """:func:`_write_into_views`, with the folds' buffers recorded in :data:`PIECE_GROUPS` (one kernel)."""
+    from torch._inductor.virtualized import V
+
+    storage = _write_into_views(folds, size, stride, dim)
+    group = tuple(buf.get_name() for buf in storage.data.inputs)
+    PIECE_GROUPS.setdefault(V.graph, []).append(group)
+    return storage, group
 
 
 def _check_consumers(fx_cat: Any) -> None:
@@ -427,9 +441,7 @@ class SplitCatToPointwise(LoweringRule):
         if len(pieces) <= config.max_pointwise_cat_inputs:
             raise Reject(f"{summary}: stock lowers up to {config.max_pointwise_cat_inputs} pieces as one pointwise cat "
                          "that fuses into its consumers, which beats a separate kernel")
-        storage = _write_into_views(folds, size, stride, dim)
-        group = tuple(buf.get_name() for buf in storage.data.inputs)
-        PIECE_GROUPS.setdefault(V.graph, []).append(group)
+        storage, group = _write_as_one_kernel_group(folds, size, stride, dim)
         return ir.TensorBox(storage), f"{summary} written into one output, one kernel group {list(group)}"
 
 
@@ -491,7 +503,8 @@ class CatConsumerIntoPieces(LoweringRule):
             other_loader = lambda coords: ops.constant(other, value.dtype)  # noqa: E731
         else:
             raise Reject(f"operand {type(other).__name__}")
-        op = getattr(ops, self._OPS[fx_node.target.__name__.split(".")[0]])
+        op_name = fx_node.target.__name__.split(".")[0]
+        op = getattr(ops, self._OPS[op_name])
 
         def epilogue(folded: Any, coords: list[sympy.Expr]) -> Any:
             # a fold's body runs under the current handler (raw values); ``ops`` and loaders wrap theirs
@@ -499,10 +512,9 @@ class CatConsumerIntoPieces(LoweringRule):
             return OpsWrapper._unwrap(result)
 
         consumed = [dataclasses.replace(f, epilogue=_then(f.epilogue, epilogue)) for f in folds]
-        storage = _write_into_views(consumed, size, stride, dim)
-        group = tuple(buf.get_name() for buf in storage.data.inputs)
-        PIECE_GROUPS.setdefault(V.graph, []).append(group)
-        return ir.TensorBox(storage), f"{fx_node.target.__name__.split('.')[0]} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output"
+        storage, _ = _write_as_one_kernel_group(consumed, size, stride, dim)
+        detail = f"{op_name} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output"
+        return ir.TensorBox(storage), detail
 
 
 def _folded_cat_name(x: Any) -> str | None:

@@ -92,8 +92,8 @@ def split_ops_cat_chain3(x):
 
 
 def split_ops_cat_scale_chain2(x, scale):
-    # 2 layers of split into 10 → a different op per piece → cat → * a per-column scale, the last one returned: the
-    # last scale is applied in the pieces (CatConsumerIntoPieces), so the whole chain is one kernel
+    # 2 layers of split into 10 → a different op per piece → cat → * a per-column scale, the last one
+    # returned: the last scale is applied in the pieces (CatConsumerIntoPieces), so the chain is one kernel
     for _ in range(2):
         x = torch.cat([op(p) for op, p in zip(_CHAIN_OPS, x.chunk(10, dim=1))], dim=1) * scale
     return x

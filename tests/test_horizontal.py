@@ -201,7 +201,8 @@ def test_backward_memory_check_counts_the_saved_tensors_it_frees():
     class MLPLoss(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())])
+            layers = [m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())]
+            self.layers = torch.nn.Sequential(*layers)
 
         def forward(self, x):
             return self.layers(x).sum()
