@@ -16,7 +16,6 @@ and members with different row counts (ragged) merge too.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -26,11 +25,10 @@ import sympy
 from torch._inductor import config, ir, memory
 from torch._inductor.codegen.common import IndentedBuffer
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
-from torch._inductor.codegen.simd import SIMDScheduling
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.dependencies import StarDep
-from torch._inductor.scheduler import ForeachKernelSchedulerNode, FusedSchedulerNode, SchedulerNode
+from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
@@ -38,7 +36,7 @@ from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from optimus_ir import index_math
 from optimus_ir.registry import SchedulerRule, record, register
-from optimus_ir.scheduler_hooks.node_graph import independent, replace_with_group
+from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode, independent, replace_with_group
 
 log = logging.getLogger("optimus_ir")
 
@@ -451,14 +449,16 @@ def _kernel_local(scheduler: Any, buf: Any) -> bool:
     ) and buf.get_name() not in V.graph.get_output_names()
 
 
-class MemberTableGroup(ForeachKernelSchedulerNode):
+class MemberTableGroup(GroupKernelNode):
     """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
 
     def __init__(self, members: list[Any], structures: list[Structure], reduction: bool) -> None:
-        super().__init__(members[0].scheduler, members, use_custom_partition_algo=False, enable_autotune=False)
+        super().__init__(members)
         self.members, self.structures, self.reduction = members, structures, reduction
         self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
-        _install_codegen()
+
+    def codegen(self, backend: Any, stock: Any) -> None:
+        codegen_member_table_group(backend, self)
 
     def describe(self) -> str:
         numels = sorted({s.numel for s in self.structures})
@@ -467,21 +467,6 @@ class MemberTableGroup(ForeachKernelSchedulerNode):
 
 
 # ------------------------------------------------------------------------------------------------------- codegen
-
-
-@functools.cache
-def _install_codegen() -> None:
-    """Route :class:`MemberTableGroup` nodes to :func:`codegen_member_table_group` (other combo kernels: stock)."""
-
-    stock = SIMDScheduling.codegen_combo_kernel
-
-    @functools.wraps(stock)
-    def codegen_combo_kernel(self: Any, node: Any) -> None:
-        if isinstance(node, MemberTableGroup):
-            return codegen_member_table_group(self, node)
-        return stock(self, node)
-
-    SIMDScheduling.codegen_combo_kernel = codegen_combo_kernel
 
 
 def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:

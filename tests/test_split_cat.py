@@ -214,6 +214,22 @@ def test_chain_of_layers_reads_through_and_drops_the_inner_cats():
     assert len(report.launches) == 1
 
 
+def test_heavy_piece_group_gets_a_block_of_one_element_per_thread_and_right_results():
+    """Triton unrolls each branch once per element a thread handles; twelve layers of nine ops (~200 ops over the
+    branches) get a block of 256 (one element per each of the 8 warps' threads), a light group keeps 1024."""
+    x = torch.randn(8, 72)
+    report = compile_report(lambda x: _layers(x, 12), (x,))
+    (group,) = [r for r in report.rewrites if r.rule == "PieceGroupToComboKernel" and r.fired]
+    assert group.detail.endswith("block 256")
+    (kernel,) = report.kernels
+    assert "XBLOCK: tl.constexpr = 256" in kernel.source and "'XBLOCK': 256" in kernel.source
+    light = compile_report(lambda x: _layers(x, 1), (x,))
+    assert [r.detail.rsplit(" ", 1)[1] for r in light.rewrites if r.rule == "PieceGroupToComboKernel"] == ["1024"]
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.compile(lambda x: _layers(x, 12))(x)
+    torch.testing.assert_close(actual, _layers(x, 12), rtol=1e-4, atol=1e-5)
+
+
 def test_returned_inner_cat_is_written_and_results_are_right():
     def fn(x):
         return _layers(x, 3, keep_first=True)
