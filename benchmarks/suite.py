@@ -103,12 +103,19 @@ class Case:
         return dataclasses.asdict(self)
 
 
-def build_plan(plan: str, only: Sequence[str] | None = None) -> list[Case]:
+def build_plan(
+    plan: str,
+    only: Sequence[str] | None = None,
+    sizes: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    modes: Sequence[str] | None = None,
+) -> list[Case]:
     """The cases of ``plan``, in the order they run, restricted to the workloads in ``only`` (all when None).
 
     ``quick``: every workload in inference at the small size in fp32; the DLRM model also in a training step and in
     bf16, the layer-norm storm in a training step and the tanh storm in bf16. The DLRM cases come first, the
-    other storm cases last. ``full``: every workload at both sizes, in both dtypes and both modes.
+    other storm cases last. ``full``: every workload at both sizes, in both dtypes and both modes. ``sizes``,
+    ``dtypes`` and ``modes`` keep only the cases with one of those (a full plan run in parts).
     """
     if plan == "quick":
         cases = [
@@ -136,7 +143,13 @@ def build_plan(plan: str, only: Sequence[str] | None = None) -> list[Case]:
         if unknown:
             raise ValueError(f"unknown workload(s) {unknown}; known: {list(WORKLOADS)}")
         cases = [case for case in cases if case.workload in only]
-    return cases
+    return [
+        case
+        for case in cases
+        if (sizes is None or case.size in sizes)
+        and (dtypes is None or case.dtype in dtypes)
+        and (modes is None or case.mode in modes)
+    ]
 
 
 def prepare(
@@ -263,6 +276,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory for suite.json and suite.md")
     parser.add_argument("--plan", choices=PLANS, default="quick")
     parser.add_argument("--only", nargs="+", metavar="WORKLOAD", choices=list(WORKLOADS), help="these workloads only")
+    parser.add_argument("--sizes", nargs="+", choices=("small", "large"), help="cases of these sizes only")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="cases of these dtypes only")
+    parser.add_argument("--modes", nargs="+", choices=MODES, help="cases of these modes only")
     parser.add_argument("--variants", nargs="+", choices=variant_names, default=variant_names)
     parser.add_argument(
         "--budget-s",
@@ -272,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     budget_s = args.budget_s if args.budget_s is not None else (QUICK_BUDGET_S if args.plan == "quick" else None)
-    cases = build_plan(args.plan, args.only)
+    cases = build_plan(args.plan, args.only, args.sizes, args.dtypes, args.modes)
     variants = [v for v in VARIANTS if v.name in args.variants]
     meta = header(" ".join(sys.argv)) | {"plan": args.plan, "variants": [v.name for v in variants]}
     print(f"{len(cases)} cases x {len(variants)} variants, budget {budget_s} s", flush=True)

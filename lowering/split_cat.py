@@ -447,10 +447,11 @@ class SplitCatToPointwise(LoweringRule):
 
 @register
 class CatConsumerIntoPieces(LoweringRule):
-    """A binary pointwise op (mul, add, sub, div) of a cat written piece by piece (``SplitCatToPointwise``'s
-    several progressions) and a tensor that broadcasts to it, or a number → the same pieces, each with the op
-    applied, written into the op's output: one kernel for both. The cat, then unread, is removed
-    (``DeadFoldedCatElimination``).
+    """An elementwise op of a cat written piece by piece (``SplitCatToPointwise``'s several progressions) → the same
+    pieces, each with the op applied, written into the op's output: one kernel for both. The cat, then unread, is
+    removed (``DeadFoldedCatElimination``). The op is Inductor's own lowering of it, run on a stand-in for the cat
+    whose every element is the piece's value; its other operands (a tensor that broadcasts to the cat, a number)
+    are loaded where the piece writes.
 
     Before (the last layer of ``12 × (split into 16 → a different op per piece → cat → * scale)``)::
 
@@ -462,57 +463,71 @@ class CatConsumerIntoPieces(LoweringRule):
         out = ConcatKernel([relu(...) * load(scale, o1) → out[:, 0:64],
                             tanh(...) * load(scale, o1 + 64) → out[:, 64:128], ...])        # one kernel
 
-    Only where the cat has no other reader, the op's output has the cat's shape and dtype, and ``add``/``sub`` have
-    ``alpha`` 1. Per-element work is the op once, whatever the number of pieces.
+    Only where the cat has no other reader and the op's output has the cat's shape and dtype (no broadcast of the
+    cat, no conversion), and where Inductor's lowering makes an elementwise Pointwise that reads the stand-in where
+    it writes. Per-element work is the op once, whatever the number of pieces.
     """
 
     name = "CatConsumerIntoPieces"
     pass_name = "splitcat"
-    op = (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor)
+    op = (
+        aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor,
+        aten.relu.default, aten.sigmoid.default, aten.tanh.default, aten.neg.default, aten.abs.default,
+        aten.exp.default, aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.erf.default,
+        aten.clamp_min.default, aten.clamp_max.default, aten.pow.Tensor_Scalar,
+    )
 
-    _OPS = {"mul": "mul", "add": "add", "sub": "sub", "div": "truediv"}
-
-    def rewrite(self, a: Any, b: Any, *, alpha: Any = 1) -> tuple[Any, str]:
+    def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         from torch._inductor import ir
-        from torch._inductor.lowering import lowerings
-        from torch._inductor.virtualized import OpsWrapper, V, ops
+        from torch._inductor.virtualized import OpsValue, OpsWrapper, V
+
+        from optimus_ir.registry import stock_lowering
 
         fx_node = V.graph.current_node
         written = WRITTEN_BY_FOLDS.get(V.graph, {})
-        cat_side = next((i for i, x in enumerate((a, b)) if _folded_cat_name(x) in written), None)
+        cat_side = next((i for i, x in enumerate(args) if _folded_cat_name(x) in written), None)
         if fx_node is None or fx_node.target not in self.op or cat_side is None:
             raise NotApplicable("no operand is a cat written piece by piece")
-        fx_cat = fx_node.args[cat_side]
-        if not isinstance(fx_cat, torch.fx.Node) or V.graph.env.get(fx_cat) is not (a, b)[cat_side]:
+        fx_cat, cat = fx_node.args[cat_side], args[cat_side]
+        if not isinstance(fx_cat, torch.fx.Node) or V.graph.env.get(fx_cat) is not cat:
             raise NotApplicable("called for another node's lowering")
         if set(fx_cat.users) != {fx_node}:
             raise Reject(f"the cat {fx_cat.name} has other readers: it is written anyway")
-        if alpha != 1:
-            raise Reject(f"alpha={alpha}")
-        cat, other = (a, b)[cat_side], (a, b)[1 - cat_side]
         folds, size, stride, dim = written[_folded_cat_name(cat)]
         value = fx_node.meta.get("val")
         if not isinstance(value, torch.Tensor) or list(value.shape) != [int(n) for n in size]:
             raise Reject("the result does not have the cat's shape")
-        if value.dtype != cat.get_dtype() or (isinstance(other, ir.IRNode) and other.get_dtype() != value.dtype):
-            raise Reject(f"dtypes {cat.get_dtype()} and {getattr(other, 'get_dtype', lambda: type(other))()} → "
-                         f"{value.dtype}: a conversion")
-        if isinstance(other, ir.IRNode):
-            other_loader = lowerings[aten.expand.default](other, list(size)).make_loader()
-        elif isinstance(other, (int, float)):
-            other_loader = lambda coords: ops.constant(other, value.dtype)  # noqa: E731
-        else:
-            raise Reject(f"operand {type(other).__name__}")
-        op_name = fx_node.target.__name__.split(".")[0]
-        op = getattr(ops, self._OPS[op_name])
+        if value.dtype != cat.get_dtype():
+            raise Reject(f"{cat.get_dtype()} → {value.dtype}: a conversion")
+        # the value of the element a piece is writing, set while the epilogue loads; outside it (the lowering
+        # looking at its operands, e.g. for a constant divisor) the stand-in is the cat itself
+        piece_value: list[Any] = [None]
+        cat_loader = cat.make_loader()
+
+        def stand_in_element(index: list[sympy.Expr]) -> Any:
+            return cat_loader(index) if piece_value[0] is None else OpsValue(piece_value[0])
+
+        stand_in = ir.Pointwise.create(
+            device=cat.get_device(), dtype=cat.get_dtype(), inner_fn=stand_in_element, ranges=list(size)
+        )
+        stand_in_args = [stand_in if x is cat else x for x in args]
+        result = stock_lowering(fx_node.target)(*stand_in_args, **kwargs)
+        if not (isinstance(result, ir.TensorBox) and isinstance(result.data, ir.StorageBox)
+                and type(result.data.data) is ir.Pointwise and type(stand_in.data.data) is ir.Pointwise):
+            raise Reject(f"Inductor's lowering of {fx_node.target} is not one elementwise Pointwise")
+        loader = result.make_loader()
 
         def epilogue(folded: Any, coords: list[sympy.Expr]) -> Any:
             # a fold's body runs under the current handler (raw values); ``ops`` and loaders wrap theirs
-            result = op(folded, other_loader(coords)) if cat_side == 0 else op(other_loader(coords), folded)
-            return OpsWrapper._unwrap(result)
+            piece_value[0] = folded
+            try:
+                return OpsWrapper._unwrap(loader(coords))
+            finally:
+                piece_value[0] = None
 
         consumed = [dataclasses.replace(f, epilogue=_then(f.epilogue, epilogue)) for f in folds]
         storage, _ = _write_as_one_kernel_group(consumed, size, stride, dim)
+        op_name = fx_node.target.__name__.split(".")[0]
         detail = f"{op_name} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output"
         return ir.TensorBox(storage), detail
 

@@ -5,8 +5,9 @@ A rule is one small class with a docstring that shows the IR before and after. T
 - :class:`LoweringRule` replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs it recognizes. Its
   ``rewrite`` returns ``(ir_result, what_it_did)`` or raises :class:`Reject` with the reason; the driver then tries
   the next rule and finally the stock lowering.
-- :class:`SchedulerRule` rewrites the scheduler's node list after Inductor's own fusion
-  (``config._post_fusion_custom_pass``). Its ``rewrite`` returns the new node list and reports through :func:`record`.
+- :class:`SchedulerRule` rewrites the graph's operations before the scheduler is built, or the scheduler's node
+  list before or after Inductor's own fusion. Its ``rewrite`` returns the new list and reports through
+  :func:`record`.
 
 Any exception in a rule other than :class:`Reject` is caught: the node gets the stock treatment and the dump shows
 the error. A compile never fails because of a rule.
@@ -82,8 +83,9 @@ class LoweringRule:
 
 
 class SchedulerRule:
-    """Base of rules that rewrite the scheduler's node list, before (``stage = "pre_fusion"``) or after
-    (``"post_fusion"``) Inductor's own fusion."""
+    """Base of rules that rewrite ``V.graph.operations`` before the scheduler is built (``stage =
+    "pre_scheduler"``: IR operations, whose bodies the scheduler has not traced yet), or the scheduler's node list
+    before (``"pre_fusion"``) or after (``"post_fusion"``) Inductor's own fusion."""
 
     name: ClassVar[str]
     pass_name: ClassVar[str]
@@ -200,6 +202,13 @@ class _LoweringDriver:
 _stock_lowerings: dict[Any, Callable[..., Any]] = {}
 
 
+def stock_lowering(op: Any) -> Callable[..., Any]:
+    """Inductor's own lowering of ``op`` (what ``lowerings[op]`` was before our driver took its place)."""
+    from torch._inductor.lowering import lowerings
+
+    return _stock_lowerings.get(op, lowerings[op])
+
+
 def install_lowerings() -> None:
     """Put a :class:`_LoweringDriver` in ``torch._inductor.lowering.lowerings`` for every op that has rules."""
     from torch._inductor.lowering import lowerings
@@ -212,6 +221,36 @@ def install_lowerings() -> None:
         if op not in _stock_lowerings:
             _stock_lowerings[op] = lowerings[op]
             lowerings[op] = _LoweringDriver(op, lowerings[op], rules)
+
+
+_stock_update_scheduler: Callable[[Any], None] | None = None
+
+
+def install_pre_scheduler_pass() -> None:
+    """Make ``GraphLowering._update_scheduler`` run the ``pre_scheduler`` rules on the graph's operations before
+    it builds the scheduler from them (Inductor has no hook there)."""
+    global _stock_update_scheduler
+    from torch._inductor.graph import GraphLowering
+
+    if _stock_update_scheduler is not None:
+        return
+    stock = _stock_update_scheduler = GraphLowering._update_scheduler
+
+    def _update_scheduler(graph: Any) -> None:
+        graph.operations = run_scheduler_rules("pre_scheduler", graph.operations)
+        stock(graph)
+
+    GraphLowering._update_scheduler = _update_scheduler
+
+
+def uninstall_pre_scheduler_pass() -> None:
+    global _stock_update_scheduler
+    if _stock_update_scheduler is None:
+        return
+    from torch._inductor.graph import GraphLowering
+
+    GraphLowering._update_scheduler = _stock_update_scheduler
+    _stock_update_scheduler = None
 
 
 def uninstall_lowerings() -> None:

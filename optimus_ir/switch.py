@@ -23,7 +23,8 @@ imported (lazily, so ``import torch`` stays as fast as without us):
 
 The first call of the post-grad pass (a cache miss, just before lowering) installs the rest: the rules' lowering
 overrides (``torch._inductor.lowering.lowerings[op]``, each falling back to the stock lowering when its pass is
-off) and the kernel dump when ``OPTIMUS_IR_DUMP`` is set. :func:`disable` undoes all of it.
+off), the rules that edit the lowered operations before the scheduler is built (``GraphLowering._update_scheduler``,
+which has no config hook) and the kernel dump when ``OPTIMUS_IR_DUMP`` is set. :func:`disable` undoes all of it.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ def _install_compile_hooks() -> None:
 
     dump.install()
     registry.install_lowerings()
+    registry.install_pre_scheduler_pass()
 
 
 def _uninstall() -> None:
@@ -250,6 +252,7 @@ def _uninstall() -> None:
     registry = sys.modules.get("optimus_ir.registry")
     if registry is not None:
         registry.uninstall_lowerings()
+        registry.uninstall_pre_scheduler_pass()
         if config._post_fusion_custom_pass is registry.post_fusion_pass:
             config._post_fusion_custom_pass = registry.chained_post_fusion_pass
             registry.chained_post_fusion_pass = None

@@ -6,7 +6,7 @@ import unittest.mock
 from typing import Any
 
 from optimus_ir.registry import SchedulerRule, record, register
-from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode, drop_nodes, independent, replace_with_group
+from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode, independent, replace_with_group
 
 #: Ops of a loop body that move data or name constants; the others are the computation each element costs.
 _NOT_COMPUTE = frozenset({"load", "store", "output", "constant", "index_expr", "masked", "check_bounds"})
@@ -127,47 +127,60 @@ class PieceGroupToComboKernel(SchedulerRule):
 
 @register
 class DeadFoldedCatElimination(SchedulerRule):
-    """A cat output written through folds that nothing reads any more → removed, with the kernels that wrote it.
+    """A cat output written through folds that nothing reads any more → removed, with the kernels that wrote it,
+    before the scheduler is built.
 
     When a later piece reads a region of such a cat, ``SplitCatToPointwise`` reads the fold's computation instead
     (layers of split → op → cat become one kernel), so the earlier cat often ends up unread. Inductor's dead-code
-    elimination keeps it (a ConcatKernel counts as a user of its own buffer). Before fusion::
+    elimination keeps it (a ConcatKernel counts as a user of its own buffer), and the scheduler would trace the
+    body of every piece that wrote it (in a chain, layer L's pieces replay the L layers before: most of the
+    compile). Before, in ``V.graph.operations``::
 
-        SchedulerNode(buf0: tanh, writes buf6[:, 0:4])     # no reader of buf6 left
-        SchedulerNode(buf1: relu, writes buf6[:, 4:8])
-        NopKernelSchedulerNode(buf6 = ConcatKernel([buf0, buf1]))
+        ComputedBuffer(buf0: tanh, writes buf2[:, 0:4])     # no reader of buf2, buf0 or buf1 left
+        ComputedBuffer(buf1: relu, writes buf2[:, 4:8])
+        ConcatKernel(buf2, inputs=[buf0, buf1])
 
-    After: the three nodes are gone (their buffers added to ``V.graph.removed_buffers``).
+    After: the three operations are gone (their buffers added to ``V.graph.removed_buffers``). Removing one cat
+    can leave an earlier one unread (a piece that loaded it), so this repeats until nothing changes.
     """
 
     name = "DeadFoldedCatElimination"
     pass_name = "splitcat"
-    stage = "pre_fusion"
+    stage = "pre_scheduler"
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
+        from torch._inductor import ir
         from torch._inductor.virtualized import V
 
         from optimus_ir.lowering.split_cat import WRITTEN_BY_FOLDS
 
-        written = WRITTEN_BY_FOLDS.get(V.graph, {})
-        if not written:
+        present = {op.get_operation_name() for op in nodes}
+        kept = set(V.graph.get_output_names()) | set(V.graph.mutated_buffers)
+        writers: dict[str, tuple[str, ...]] = {}  # cat → the operations that write it (its ConcatKernel, pieces)
+        buffers: dict[str, set[str]] = {}  # cat → its buffer and its pieces' buffers
+        for name in WRITTEN_BY_FOLDS.get(V.graph, {}):
+            concat = V.graph.name_to_buffer.get(name)
+            if not isinstance(concat, ir.ConcatKernel) or concat.get_operation_name() not in present:
+                continue
+            buffers[name] = {name} | {piece.get_name() for piece in concat.inputs}
+            writers[name] = (concat.get_operation_name(), *(piece.get_operation_name() for piece in concat.inputs))
+            if buffers[name] & kept:
+                del buffers[name], writers[name]
+        if not writers:
             return nodes
-        scheduler = nodes[0].scheduler
-        outputs = set(V.graph.get_output_names())
+        reads = {op.get_operation_name(): set(op.get_read_names()) for op in nodes}
         dead: set[str] = set()
-        for name in written:
-            concat = scheduler.name_to_buf.get(name)
-            if concat is None or name in outputs:
-                continue
-            concat_node = concat.defining_op
-            if any(user.get_name() != concat_node.get_name() for user in concat.users):
-                continue
-            members = [scheduler.name_to_buf[dep.name] for dep in concat_node.read_writes.reads]
-            if any(user.get_name() != concat_node.get_name() for member in members for user in member.users):
-                continue
-            removed = [concat_node.get_name()] + [member.defining_op.get_name() for member in members]
-            dead.update(removed)
-            V.graph.removed_buffers.update([name] + [member.get_name() for member in members])
-            V.graph.removed_operations.update(removed)
-            record(self.name, True, [name], f"unread after read-through; removed {removed}")
-        return drop_nodes(nodes, dead)
+        changed = True
+        while changed:
+            changed = False
+            for name, own in writers.items():
+                if set(own) <= dead or any(
+                    names & buffers[name] for op, names in reads.items() if op not in own and op not in dead
+                ):
+                    continue
+                dead.update(own)
+                changed = True
+                V.graph.removed_buffers.update(buffers[name])
+                V.graph.removed_operations.update(own)
+                record(self.name, True, [name], f"unread after read-through; removed {list(own)}")
+        return [op for op in nodes if op.get_operation_name() not in dead]

@@ -79,6 +79,8 @@ def test_full_plan_and_only():
     assert len(cases) == len(set(cases)) == len(WORKLOADS) * 2 * 2 * 2
     only = suite.build_plan("full", ["dlrm", "tanh_storm"])
     assert {c.workload for c in only} == {"dlrm", "tanh_storm"} and len(only) == 16
+    part = suite.build_plan("full", ["dlrm"], sizes=["large"], dtypes=["bf16"], modes=["training"])
+    assert part == [suite.Case("dlrm", "large", "bf16", "training")]
     with pytest.raises(ValueError, match="unknown workload"):
         suite.build_plan("quick", ["nope"])
     with pytest.raises(ValueError, match="unknown plan"):
