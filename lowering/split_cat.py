@@ -161,7 +161,7 @@ def _progressions(pieces: Sequence[_TracedPiece], dim: int) -> list[_Progression
     return progressions
 
 
-def _replay(body: Any, indexing: dict[str, sympy.Expr]) -> Any:
+def replay(body: Any, indexing: dict[str, sympy.Expr]) -> Any:
     """Run a LoopBody's ops under the current ops handler with the given index expressions.
 
     This is ``LoopBody.__call__`` with the index expressions given directly instead of by variable substitution.
@@ -196,7 +196,7 @@ class _Fold:
         from torch._inductor.utils import sympy_subs
 
         replacements = dict(zip(self.out_vars, index))
-        value = _replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
+        value = replay(self.template.body, {n: sympy_subs(e, replacements) for n, e in self.exprs.items()})
         return value if self.epilogue is None else self.epilogue(value, self.cat_coords(index))
 
     def cat_coords(self, index: Sequence[sympy.Expr]) -> list[sympy.Expr]:

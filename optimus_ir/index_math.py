@@ -15,6 +15,8 @@ which a rule falls back to stock Inductor:
 - :func:`split_constant`: an index as ``rest + c`` (``c`` an integer): members that differ only in ``c`` share code.
 - :func:`flatten_loops`: an index over a loop nest as a function of one flat index (shapes that differ only in how
   the same elements are nested compare equal).
+- :func:`abstract_divisors`: an index with the divisors of its ``FloorDiv``/``ModularIndexing`` as symbols (the
+  bias of width 64 and the bias of width 96 are read by one expression, with the width a value of the member).
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
@@ -29,6 +31,8 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 __all__ = [
+    "abstract_divisors",
+    "divisor_symbol",
     "bounded_div_mod",
     "constant_step",
     "flatten_loops",
@@ -302,3 +306,41 @@ def flatten_loops(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int], flat: sy
         mapping[var] = FloorDiv(flat, stride) if position == 0 else ModularIndexing(flat, stride, size)
         stride *= int(size)
     return _static_simplifier()(sympy.expand(sympy.sympify(expr).xreplace(mapping)), {flat: stride})
+
+
+def abstract_divisors(expr: sympy.Expr, names: dict[int, sympy.Symbol]) -> sympy.Expr:
+    """``expr`` with each integer divisor or modulus above 1 of its ``FloorDiv``/``ModularIndexing`` replaced by a
+    symbol: one symbol per value, taken from ``names`` (value → symbol), which gets ``idivisor<i>`` for each new
+    value, in order of first use. Substituting the values back gives ``expr``. (The ``i`` makes it an index symbol,
+    ``SymT.INDEX``, to Inductor: its Triton code generator prints such a symbol as its name.)
+
+    Two members whose abstracted indices print the same compute the same function of the flat index once each
+    member's values are put in; the values become data of the member instead of part of the code.
+
+    >>> from sympy import Symbol
+    >>> x = Symbol("x", integer=True, nonnegative=True)
+    >>> names = {}
+    >>> abstract_divisors(ModularIndexing(x, 1, 64) + 64*FloorDiv(x, 4096), names), names
+    (64*((x//idivisor0)) + (ModularIndexing(x, 1, idivisor1)), {4096: idivisor0, 64: idivisor1})
+    """
+
+    def rewrite(e: sympy.Expr) -> sympy.Expr:
+        if isinstance(e, (FloorDiv, ModularIndexing)):
+            base, *divisors = e.args
+            return e.func(rewrite(base), *(name(d) if d.is_Integer and d > 1 else rewrite(d) for d in divisors))
+        if not e.args:
+            return e
+        return e.func(*(rewrite(arg) for arg in e.args))
+
+    def name(value: sympy.Integer) -> sympy.Symbol:
+        key = int(value)
+        if key not in names:
+            names[key] = divisor_symbol(len(names))
+        return names[key]
+
+    return rewrite(sympy.sympify(expr))
+
+
+def divisor_symbol(i: int) -> sympy.Symbol:
+    """The symbol :func:`abstract_divisors` gives its ``i``-th value."""
+    return sympy.Symbol(f"idivisor{i}", integer=True, positive=True)

@@ -5,6 +5,7 @@ elements it has, and the address of each of its tensors are read from one int64 
 
     [ block starts of the members, padded to a power of two with INT64_MAX ]   (constant)
     [ numel of each member ]                                                     (constant)
+    [ divisor 0 of each member ] [ divisor 1 of each member ] ...  (constant; only divisors that differ)
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
@@ -89,11 +90,12 @@ class MemberTable:
         numels: list[int],
         pad_to: int,
         byte_offsets: list[int] | None = None,
+        divisors: list[int] | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
         outside_graph_pools: bool = False,
     ) -> None:
-        self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels]
+        self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels, *(divisors or ())]
         #: added to each tensor's address: a member may read its buffer at an offset the shared body does not add
         self.byte_offsets = byte_offsets
         self.cache_size = cache_size

@@ -15,10 +15,11 @@ and members with different row counts (ragged) merge too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sympy
@@ -65,6 +66,11 @@ class Structure:
     numel: int  # the x extent (rows of a reduction, elements of a pointwise kernel)
     offsets: list[int]  # by slot: the constant (in elements) this member adds to every address of that buffer
     updates_in_place: bool = False  # stores into a buffer it does not own (an input's update, a scatter)
+    #: pointwise members: the divisors of their flat indices (``index_math.abstract_divisors``), by symbol number;
+    #: members whose values differ read them from the member table
+    divisors: tuple[int, ...] = ()
+    #: pointwise members: per subnode, each index as a function of ``_FLAT_INDEX`` with the divisors as symbols
+    flat_indices: tuple[dict[str, sympy.Expr], ...] = ()
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
@@ -133,6 +139,18 @@ def structure_of(node: Any) -> Structure | str:
     slot_of: dict[str, int] = {}
     traced: list[Any] = []
     constants: dict[str, list[int]] = {}  # buffer → the constants of the indices that address it
+    # a pointwise node's divisors are values of the member (a bias of width 64 or 96: one body), where no body
+    # loads an index (an embedding row) that a re-traced body would have to load again
+    abstract = all(
+        isinstance(snode, SchedulerNode) and isinstance(snode.node, ir.ComputedBuffer) and not snode.is_reduction()
+        and not any(
+            symbol_is_type(symbol, SymT.INDIRECT)
+            for expr in snode._body.indexing_exprs.values() for symbol in expr.free_symbols
+        )
+        for snode in subnodes
+    )
+    divisors: dict[int, sympy.Symbol] = {}  # value → symbol (index_math.abstract_divisors)
+    flat_indices: list[dict[str, sympy.Expr]] = []
     for snode in subnodes:
         if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
             return f"not a computed buffer: {snode.get_name()}"
@@ -159,9 +177,13 @@ def structure_of(node: Any) -> Structure | str:
         # a pointwise kernel runs over the flat index: compare its indices as functions of that, not of the shape
         flat = not snode.is_reduction()
         exprs = {}
+        if abstract:
+            flat_indices.append({})
         for name, expr in body.indexing_exprs.items():
             if flat:
                 expr = index_math.flatten_loops(expr, body.var_ranges, _FLAT_INDEX)
+            if abstract:
+                expr = flat_indices[-1][name] = index_math.abstract_divisors(expr, divisors)
             buffers = addressed.get(name)
             rest, constant = index_math.split_constant(expr) if buffers else (expr, 0)
             exprs[name] = (str(rest), constant)
@@ -209,7 +231,9 @@ def structure_of(node: Any) -> Structure | str:
         return f"symbolic sizes: extent {numel} x {rnumel}"
     key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts))
     in_place = any(real != name for *_, written in traced for name, _, real in written)
-    return Structure(key, slots, int(numel), [base.get(name, 0) for name in slots], in_place)
+    return Structure(
+        key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices)
+    )
 
 
 def _triton_backend(node: Any) -> Any:
@@ -463,7 +487,9 @@ class MemberTableGroup(GroupKernelNode):
     def describe(self) -> str:
         numels = sorted({s.numel for s in self.structures})
         sizes = f"ragged: {len(numels)} sizes" if len(numels) > 1 else f"{numels[0]} each"
-        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}, member table"
+        divisors = len(_varying_divisors(self.structures))
+        divisors_text = f", {divisors} divisor(s) per member" if divisors else ""
+        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
 
 
 # ------------------------------------------------------------------------------------------------------- codegen
@@ -480,17 +506,19 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     rep = members[0]
     nodes = list(rep.get_nodes())
     _, (numel, rnumel) = rep.group
+    divisors = _varying_divisors(structures)
     try:
         schedule = backend.generate_node_schedule(nodes, numel, rnumel)
         tiling = backend.select_tiling(schedule, numel, rnumel)
-        kernel = MemberTableKernel(
-            tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
-            reduction=group.reduction, call_site=rep.get_first_name(),
-        )
-        with config.patch(inplace_buffers=False):  # each member writes its own outputs
-            backend.codegen_node_schedule_with_kernel(schedule, kernel)
-        with V.set_kernel_handler(kernel):
-            src_code = kernel.codegen_kernel()
+        with _over_flat_index(rep, structures[0], divisors):
+            kernel = MemberTableKernel(
+                tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
+                reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors,
+            )
+            with config.patch(inplace_buffers=False):  # each member writes its own outputs
+                backend.codegen_node_schedule_with_kernel(schedule, kernel)
+            with V.set_kernel_handler(kernel):
+                src_code = kernel.codegen_kernel()
     except Exception as error:  # a rule must never fail a compile
         log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=True)
         record(
@@ -514,6 +542,59 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         V.graph.removed_buffers |= {rename.get(name, name) for name in kernel.removed_buffers}
     V.graph.removed_buffers |= kernel.removed_buffers
     backend.free_buffers_in_scheduler()
+
+
+def _varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:
+    """The divisors (``index_math.abstract_divisors``) whose values differ between members: symbol → the value of
+    each member, in order."""
+    rep = structures[0]
+    if not rep.flat_indices:
+        return {}
+    varying = {}
+    for i in range(len(rep.divisors)):
+        values = [s.divisors[i] for s in structures]
+        if len(set(values)) > 1:
+            varying[index_math.divisor_symbol(i)] = values
+    return varying
+
+
+@contextlib.contextmanager
+def _over_flat_index(node: Any, structure: Structure, divisors: dict[sympy.Symbol, list[int]]) -> Iterator[None]:
+    """Within the block, the node's subnodes loop over one flat index, their indices those of ``structure``
+    (``Structure.flat_indices``) with the symbols of ``divisors`` left as symbols (read from the member table by
+    the kernel's prologue) and the other divisors put back as numbers. Nothing changes without ``divisors``.
+
+    Before: ``_sizes = ([16, 64], [])``, ``load(bias, p1)``. After: ``_sizes = ([1024], [])``,
+    ``load(bias, ModularIndexing(p0, 1, idivisor0))``.
+    """
+    if not divisors:
+        yield
+        return
+    from torch._inductor import dependencies
+    from torch._inductor.loop_body import LoopBody
+
+    from optimus_ir.lowering.split_cat import replay
+
+    fixed = {
+        index_math.divisor_symbol(i): sympy.Integer(value)
+        for i, value in enumerate(structure.divisors)
+    }
+    for symbol in divisors:
+        del fixed[symbol]
+    saved = []
+    try:
+        for snode, indices in zip(node.get_nodes(), structure.flat_indices, strict=True):
+            (variables,), ranges = dependencies.index_vars_no_squeeze([structure.numel], prefix="p")
+            flat = {name: expr.xreplace({**fixed, _FLAT_INDEX: variables[0]}) for name, expr in indices.items()}
+            body = LoopBody(
+                lambda *_, old=snode._body, flat=flat: replay(old, flat), [variables, []], ranges, variables, []
+            )
+            saved.append((snode, snode._body, snode._sizes))
+            snode._body, snode._sizes = body, ([structure.numel], [])
+        yield
+    finally:
+        for snode, body, sizes in saved:
+            snode._body, snode._sizes = body, sizes
 
 
 def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], structures: list[Structure]) -> None:
@@ -584,9 +665,17 @@ class MemberTableKernel(TritonKernel):
     """
 
     def __init__(
-        self, *args: Any, structures: list[Structure], reduction: bool, call_site: str, **kwargs: Any
+        self,
+        *args: Any,
+        structures: list[Structure],
+        reduction: bool,
+        call_site: str,
+        divisors: dict[sympy.Symbol, list[int]],
+        **kwargs: Any,
     ) -> None:
         self.structures = structures
+        #: divisor symbol → each member's value: table rows after the numels, loaded by the prologue
+        self.divisors = divisors
         #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
         #: name), but their members, sizes and addresses differ
         self.call_site = call_site
@@ -650,8 +739,10 @@ class MemberTableKernel(TritonKernel):
             code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
             code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
             code.writeline(f"xnumel = tl.load(xtable + {self.pad_to} + xmember)")
+        for j, symbol in enumerate(self.divisors):
+            code.writeline(f"{symbol} = tl.load(xtable + ({self.pad_to + n * (1 + j)} + xmember)).to({self.index_dtype})")
         for slot, (arg, dtype) in enumerate(tensor_args):
-            row = self.pad_to + n * (slot + 1)
+            row = self.pad_to + n * (1 + len(self.divisors) + slot)
             code.writeline(f"{arg} = tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))")
 
     def _tensor_args(self) -> list[tuple[str, str]]:
@@ -679,6 +770,8 @@ class MemberTableKernel(TritonKernel):
                 byte_offsets.extend((s.offsets[slot] - rep.offsets[slot]) * itemsize for s in self.structures)
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        if self.divisors:
+            options += f", divisors={[v for values in self.divisors.values() for v in values]!r}"
         if _cudagraph_trees():  # the table must not live in a graph's memory pool
             options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")

@@ -16,18 +16,38 @@ _THREADS = 256
 #: element a thread handles (block / 256), and its compile time grows with the unrolled ops: the 12-layer split chain
 #: (16 branches, ~480 ops) took 12.1 s at Inductor's block of 1024 and 3.7 s at 256 (local sm_90 compile).
 OPS_PER_THREAD = 256
+#: Ops of one piece-group kernel at most; a heavier group becomes several kernels, which Triton compiles in parallel.
+#: Its compile time grows faster than the ops: the 12-layer chain's backward (16 branches, 1356 ops, one element per
+#: thread) took 10.9 s, its forward (504 ops) 3.1 s (local sm_90 compiles).
+MAX_KERNEL_OPS = 600
+
+
+def _ops(member: Any) -> int:
+    """The computation ops of one element of a scheduler node (loads, stores and constants not counted)."""
+    return sum(
+        count for node in member.get_nodes() for op, count in node._body.op_counts.items() if op not in _NOT_COMPUTE
+    )
+
+
+def compile_sized_parts(members: list[Any]) -> list[list[Any]]:
+    """``members`` in order, cut where a part would exceed :data:`MAX_KERNEL_OPS` (a member heavier than that alone
+    is a part of its own)."""
+    parts: list[list[Any]] = [[]]
+    weight = 0
+    for member in members:
+        ops = _ops(member)
+        if parts[-1] and weight + ops > MAX_KERNEL_OPS:
+            parts.append([])
+            weight = 0
+        parts[-1].append(member)
+        weight += ops
+    return parts
 
 
 def block_size_for(members: list[Any]) -> int:
     """The block of a piece group's kernel: Inductor's 1024 (4 elements per thread) for light bodies, down to 256
     (one element per thread) as the ops of all branches together approach :data:`OPS_PER_THREAD`."""
-    ops = sum(
-        count
-        for member in members
-        for node in member.get_nodes()
-        for op, count in node._body.op_counts.items()
-        if op not in _NOT_COMPUTE
-    )
+    ops = sum(_ops(member) for member in members)
     per_thread = 4
     while per_thread > 1 and ops * per_thread > OPS_PER_THREAD:
         per_thread //= 2
@@ -68,7 +88,9 @@ class PieceGroupToComboKernel(SchedulerRule):
         PieceGroupKernel([buf0, buf1])      # one kernel: `if pid < n0: tanh ... elif pid < n1: sigmoid ...`
 
     Each branch is chosen once per block, so per-element work does not depend on the number of progressions. The
-    block shrinks as the branches' bodies grow (:func:`block_size_for`), so Triton's compile time stays small.
+    block shrinks as the branches' bodies grow (:func:`block_size_for`), and a group of more than
+    :data:`MAX_KERNEL_OPS` ops becomes several kernels (:func:`compile_sized_parts`), so that Triton's compile time
+    stays below stock Inductor's (which compiles one small kernel per piece, in parallel).
     Members that Inductor fused with a neighbour, or that depend on each other, are left out of the group (each
     decision in the dump); a group of fewer than two nodes is left alone.
     """
@@ -111,18 +133,30 @@ class PieceGroupToComboKernel(SchedulerRule):
             if not isinstance(backend, (SIMDScheduling, CUDACombinedScheduling)):
                 record(self.name, False, group, f"{type(backend).__name__} emits no combo kernels")
                 continue
-            merged = PieceGroupKernel(members)
-            ordered = replace_with_group(nodes, members, merged)
-            if ordered is None:
-                record(self.name, False, [m.get_name() for m in members], "no schedule runs them together")
-                continue
-            merged.scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
-            nodes = ordered
-            record(
-                self.name, True, [m.get_name() for m in members],
-                f"{len(members)} kernels → one kernel, block {merged.block_size}",
-            )
+            parts = compile_sized_parts(members)
+            if len(parts) > 1:
+                record(
+                    self.name, False, [m.get_name() for m in members],
+                    f"{sum(map(_ops, members))} ops: {len(parts)} kernels of at most {MAX_KERNEL_OPS} ops, which "
+                    "Triton compiles in parallel",
+                )
+            for part in parts:
+                if len(part) > 1:
+                    nodes = self._merge(nodes, part)
         return nodes
+
+    def _merge(self, nodes: list[Any], members: list[Any]) -> list[Any]:
+        merged = PieceGroupKernel(members)
+        ordered = replace_with_group(nodes, members, merged)
+        if ordered is None:
+            record(self.name, False, [m.get_name() for m in members], "no schedule runs them together")
+            return nodes
+        merged.scheduler.name_to_fused_node.update({m.get_name(): merged for m in members})
+        record(
+            self.name, True, [m.get_name() for m in members],
+            f"{len(members)} kernels → one kernel, block {merged.block_size}",
+        )
+        return ordered
 
 
 @register

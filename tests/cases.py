@@ -294,6 +294,11 @@ def gelu_each(*xs):
     return [F.gelu(x) for x in xs]
 
 
+def bias_gelu_each(*xs_and_biases):
+    xs, biases = xs_and_biases[::2], xs_and_biases[1::2]
+    return [F.gelu(x + bias) for x, bias in zip(xs, biases)]
+
+
 def row_sum_each(*xs):
     return [x.sum(dim=-1) for x in xs]
 
@@ -320,6 +325,7 @@ def sgd_momentum_each(*args):
 _SGD_SHAPES = ((64, 32), (32,), (128, 64), (64,), (100, 16), (16,))
 
 _SEVEN_ROW_COUNTS = (64, 128, 33, 256, 7, 200, 100)
+_SEVEN_WIDTHS = (64, 96, 128, 192, 256, 384, 512)
 
 CASES.extend(
     [
@@ -329,6 +335,12 @@ CASES.extend(
         ),
         Case(
             "horizontal_gelu_7_sizes", gelu_each, _tensors(*[(rows, 96) for rows in _SEVEN_ROW_COUNTS * 2]), 14, 1,
+            ("IdenticalKernelsToMemberTableKernel",),
+        ),
+        Case(
+            # the bias is read at x % width: the width is a value of the member (a divisor in its table row)
+            "horizontal_bias_gelu_7_widths", bias_gelu_each,
+            _tensors(*[shape for width in _SEVEN_WIDTHS * 2 for shape in ((32, width), (width,))]), 14, 1,
             ("IdenticalKernelsToMemberTableKernel",),
         ),
         Case(

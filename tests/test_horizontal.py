@@ -71,6 +71,41 @@ def test_members_reading_a_shared_weight_merge():
     assert len(report.launches) == 1
 
 
+def test_members_whose_widths_differ_read_their_width_from_the_table():
+    """A bias per column (x % width) and a scale per row (x // width): one divisor, a value of each member."""
+
+    def fn(*args):
+        return [torch.tanh(x + column) * row[:, None] for x, column, row in zip(args[::3], args[1::3], args[2::3])]
+
+    inputs = [t for rows, width in ((5, 12), (7, 40), (3, 8), (7, 40)) for t in
+              (torch.randn(rows, width), torch.randn(width), torch.randn(rows))]
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    (fired,) = [r for r in records if r.fired]
+    assert "1 divisor(s) per member" in fired.detail and len(fired.nodes) == 4
+    torch.testing.assert_close(actual, expected)
+    (kernel,) = compile_report(fn, tuple(inputs), passes="horizontal").kernels
+    assert "idivisor0 = tl.load(xtable" in kernel.source and "// idivisor0" in kernel.source
+
+
+def test_members_of_one_width_keep_it_a_number():
+    def fn(*args):
+        return [torch.tanh(x + bias) for x, bias in zip(args[::2], args[1::2])]
+
+    inputs = [t for rows in (5, 9, 64) for t in (torch.randn(rows, 24), torch.randn(24))]
+    (kernel,) = compile_report(fn, tuple(inputs), passes="horizontal").kernels
+    assert "idivisor" not in kernel.source and "% 24" in kernel.source
+
+
+def test_members_whose_widths_are_strides_stay_apart():
+    """A transposed read has the width as a coefficient (``x // rows + width * (x % rows)``): not a divisor."""
+
+    def fn(*xs):
+        return [torch.tanh(x.t()).contiguous() for x in xs]
+
+    report = compile_report(fn, (torch.randn(32, 64), torch.randn(32, 128)), passes="horizontal")
+    assert len(report.launches) == 2
+
+
 def test_groups_sharing_one_kernel_source_each_get_their_own_member_table():
     """Inductor gives equal kernel sources one kernel; the two groups' tables (sizes, addresses) must stay apart."""
 
@@ -263,6 +298,12 @@ def test_member_table_layout():
     assert values[:4] == [0, 4096, 8192, 2**63 - 1]
     assert values[4:7] == [4000, 100, 4096]
     assert values[7:] == [t.data_ptr() for t in xs + ys]
+
+
+def test_member_table_puts_the_divisors_after_the_numels():
+    table = MemberTable(starts=[0, 1024], numels=[640, 960], pad_to=2, divisors=[64, 96, 5, 10])
+    x, y = torch.zeros(3), torch.zeros(5)
+    assert table(x, y).tolist() == [0, 1024, 640, 960, 64, 96, 5, 10, x.data_ptr(), y.data_ptr()]
 
 
 def test_member_table_adds_each_members_byte_offset_to_its_address():

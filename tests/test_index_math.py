@@ -201,3 +201,34 @@ def test_flatten_loops_keeps_shapes_apart_where_access_is_not_contiguous():
     assert transposed_a != transposed_b
     # broadcast of a row: a bias [32] added to every row of [64, 32] reads (x % 32), not x
     assert index_math.flatten_loops(p1, {p0: 64, p1: 32}, x) == ModularIndexing(x, 1, 32)
+
+
+def test_module_doctests():
+    import doctest
+
+    assert doctest.testmod(index_math).failed == 0
+
+
+def test_abstract_divisors_makes_widths_values_of_the_member():
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    bias = {}
+    narrow = index_math.abstract_divisors(index_math.flatten_loops(p1, {p0: 16, p1: 64}, x), bias)
+    wide_names = {}
+    wide = index_math.abstract_divisors(index_math.flatten_loops(p1, {p0: 8, p1: 96}, x), wide_names)
+    assert str(narrow) == str(wide)  # one expression reads both biases
+    assert list(bias) == [64] and list(wide_names) == [96]
+    # the values put back give the original
+    assert narrow.xreplace({s: v for v, s in bias.items()}) == ModularIndexing(x, 1, 64)
+
+
+def test_abstract_divisors_names_a_value_once_and_leaves_coefficients():
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    names = {}
+    expr = index_math.abstract_divisors(FloorDiv(x, 64) + 3 * ModularIndexing(x, 1, 64) + ModularIndexing(x, 1, 1), names)
+    assert list(names) == [64]
+    (symbol,) = names.values()
+    assert expr.has(3 * ModularIndexing(x, 1, symbol)) and expr.has(FloorDiv(x, symbol))
+    # a transpose keeps its width as a coefficient: two widths stay two expressions
+    a = index_math.abstract_divisors(index_math.flatten_loops(p0 + 64 * p1, {p0: 64, p1: 32}, x), {})
+    b = index_math.abstract_divisors(index_math.flatten_loops(p0 + 128 * p1, {p0: 128, p1: 32}, x), {})
+    assert str(a) != str(b)

@@ -230,6 +230,23 @@ def test_heavy_piece_group_gets_a_block_of_one_element_per_thread_and_right_resu
     torch.testing.assert_close(actual, _layers(x, 12), rtol=1e-4, atol=1e-5)
 
 
+def test_piece_groups_heavier_than_a_kernel_are_cut_in_order():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from optimus_ir.scheduler_hooks import piece_groups
+
+    def member(ops):  # a scheduler node whose body has `ops` tanh ops and a load, a constant and a store
+        body = SimpleNamespace(op_counts=Counter(tanh=ops, load=1, constant=3, store=1))
+        return SimpleNamespace(get_nodes=lambda: [SimpleNamespace(_body=body)], ops=ops)
+
+    limit = piece_groups.MAX_KERNEL_OPS
+    members = [member(ops) for ops in (limit // 2, limit // 2, 1, limit + 5, 3, 4)]
+    parts = piece_groups.compile_sized_parts(members)
+    assert [[m.ops for m in part] for part in parts] == [[limit // 2, limit // 2], [1], [limit + 5], [3, 4]]
+    assert piece_groups.compile_sized_parts(members[4:]) == [members[4:]]
+
+
 def test_returned_inner_cat_is_written_and_results_are_right():
     def fn(x):
         return _layers(x, 3, keep_first=True)
