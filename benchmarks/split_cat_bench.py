@@ -1,6 +1,6 @@
 """Split → pointwise → cat on the GPU: eager, stock Inductor, combo kernels and optimus_ir in one run.
 
-    python benchmarks/split_cat_bench.py --out benchmarks/results/<date>
+    python benchmarks/split_cat_bench.py --out benchmarks/results/<date> [--match split16_chain12]
 
 For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
 CUDA-graph replay, compile time (first call), max relative error against eager, and the memory floor (bytes in +
@@ -59,10 +59,12 @@ WORKLOADS = [
 TRAINING_WORKLOADS = [("split16_chain12[1024x1024,fp32] training step", split16_chain12, (1024, 1024), torch.float32)]
 
 
-def training_rows() -> list[dict]:
+def training_rows(match: str) -> list[dict]:
     """Forward + backward of each training workload: kernels and time per step, max error of the input grad."""
     rows = []
     for name, fn, shape, dtype in TRAINING_WORKLOADS:
+        if match not in name:
+            continue
         x = torch.randn(shape, dtype=dtype, device="cuda", requires_grad=True)
         grad = torch.randn(shape, dtype=dtype, device="cuda")
         for variant in VARIANTS:
@@ -74,10 +76,13 @@ def training_rows() -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--match", default="", help="only the workloads whose name contains this")
     args = parser.parse_args()
     bandwidth = copy_bandwidth_bytes_per_ms()
-    rows = training_rows()
+    rows = training_rows(args.match)
     for name, fn, shape, dtype in WORKLOADS:
+        if args.match not in name:
+            continue
         x = torch.randn(shape, dtype=dtype, device="cuda")
         floor_ms = 2 * x.numel() * x.element_size() / bandwidth
         for variant in VARIANTS:
