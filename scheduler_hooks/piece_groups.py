@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unittest.mock
 from typing import Any
 
@@ -30,18 +31,17 @@ def _ops(member: Any) -> int:
 
 
 def compile_sized_parts(members: list[Any]) -> list[list[Any]]:
-    """``members`` in order, cut where a part would exceed :data:`MAX_KERNEL_OPS` (a member heavier than that alone
-    is a part of its own)."""
-    parts: list[list[Any]] = [[]]
-    weight = 0
-    for member in members:
-        ops = _ops(member)
-        if parts[-1] and weight + ops > MAX_KERNEL_OPS:
-            parts.append([])
-            weight = 0
-        parts[-1].append(member)
-        weight += ops
-    return parts
+    """``members`` in order, cut into the fewest parts of at most about :data:`MAX_KERNEL_OPS` ops, of about equal
+    weight: each member goes to the part its middle falls into (a member heavier than that is a part of its own)."""
+    weights = [_ops(member) for member in members]
+    count = max(1, math.ceil(sum(weights) / MAX_KERNEL_OPS))
+    target = sum(weights) / count
+    parts: list[list[Any]] = [[] for _ in range(count)]
+    before = 0
+    for member, ops in zip(members, weights):
+        parts[min(count - 1, int((before + ops / 2) // target))].append(member)
+        before += ops
+    return [part for part in parts if part]
 
 
 def block_size_for(members: list[Any]) -> int:
@@ -137,8 +137,8 @@ class PieceGroupToComboKernel(SchedulerRule):
             if len(parts) > 1:
                 record(
                     self.name, False, [m.get_name() for m in members],
-                    f"{sum(map(_ops, members))} ops: {len(parts)} kernels of at most {MAX_KERNEL_OPS} ops, which "
-                    "Triton compiles in parallel",
+                    f"{sum(map(_ops, members))} ops: {len(parts)} kernels of about equal weight (at most about "
+                    f"{MAX_KERNEL_OPS} ops each), which Triton compiles in parallel",
                 )
             for part in parts:
                 if len(part) > 1:

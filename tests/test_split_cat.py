@@ -230,7 +230,7 @@ def test_heavy_piece_group_gets_a_block_of_one_element_per_thread_and_right_resu
     torch.testing.assert_close(actual, _layers(x, 12), rtol=1e-4, atol=1e-5)
 
 
-def test_piece_groups_heavier_than_a_kernel_are_cut_in_order():
+def test_piece_groups_heavier_than_a_kernel_are_cut_in_order_into_parts_of_equal_weight():
     from collections import Counter
     from types import SimpleNamespace
 
@@ -241,10 +241,14 @@ def test_piece_groups_heavier_than_a_kernel_are_cut_in_order():
         return SimpleNamespace(get_nodes=lambda: [SimpleNamespace(_body=body)], ops=ops)
 
     limit = piece_groups.MAX_KERNEL_OPS
-    members = [member(ops) for ops in (limit // 2, limit // 2, 1, limit + 5, 3, 4)]
-    parts = piece_groups.compile_sized_parts(members)
-    assert [[m.ops for m in part] for part in parts] == [[limit // 2, limit // 2], [1], [limit + 5], [3, 4]]
-    assert piece_groups.compile_sized_parts(members[4:]) == [members[4:]]
+    # 16 branches, 684 ops → two kernels of 342 ops (not 600 and 84)
+    chain = [member(ops) for ops in (36, 36, 36, 72, 36, 36, 36, 84, 36, 36, 36, 72, 36, 36, 36, 36)]
+    assert [len(part) for part in piece_groups.compile_sized_parts(chain)] == [8, 8]
+    heavy = [member(ops) for ops in (limit // 2, limit // 2, 1, limit + 5, 3, 4)]
+    parts = piece_groups.compile_sized_parts(heavy)
+    assert [[m.ops for m in part] for part in parts] == [[limit // 2], [limit // 2, 1], [limit + 5, 3, 4]]
+    light = [member(ops) for ops in (3, 4, 5)]
+    assert piece_groups.compile_sized_parts(light) == [light]
 
 
 def test_returned_inner_cat_is_written_and_results_are_right():
