@@ -575,10 +575,7 @@ def _over_flat_index(node: Any, structure: Structure, divisors: dict[sympy.Symbo
 
     from optimus_ir.lowering.split_cat import replay
 
-    fixed = {
-        index_math.divisor_symbol(i): sympy.Integer(value)
-        for i, value in enumerate(structure.divisors)
-    }
+    fixed = {index_math.divisor_symbol(i): sympy.Integer(value) for i, value in enumerate(structure.divisors)}
     for symbol in divisors:
         del fixed[symbol]
     saved = []
@@ -740,7 +737,8 @@ class MemberTableKernel(TritonKernel):
             code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
             code.writeline(f"xnumel = tl.load(xtable + {self.pad_to} + xmember)")
         for j, symbol in enumerate(self.divisors):
-            code.writeline(f"{symbol} = tl.load(xtable + ({self.pad_to + n * (1 + j)} + xmember)).to({self.index_dtype})")
+            row = self.pad_to + n * (1 + j)
+            code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
         for slot, (arg, dtype) in enumerate(tensor_args):
             row = self.pad_to + n * (1 + len(self.divisors) + slot)
             code.writeline(f"{arg} = tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))")

@@ -15,7 +15,7 @@ _NOT_COMPUTE = frozenset({"load", "store", "output", "constant", "index_expr", "
 _THREADS = 256
 #: Ops one thread may unroll before Triton's compile time dominates the first call. Triton unrolls a branch once per
 #: element a thread handles (block / 256), and its compile time grows with the unrolled ops: the 12-layer split chain
-#: (16 branches, ~480 ops) took 12.1 s at Inductor's block of 1024 and 3.7 s at 256 (local sm_90 compile).
+#: (16 branches, 504 ops) took 12.1 s at Inductor's block of 1024 and 3.5 s at 256 (local sm_90 compile).
 OPS_PER_THREAD = 256
 #: Ops of one piece-group kernel at most; a heavier group becomes several kernels, which Triton compiles in parallel.
 #: Its compile time grows faster than the ops: the 12-layer chain's backward (16 branches, 1356 ops, one element per
@@ -31,8 +31,8 @@ def _ops(member: Any) -> int:
 
 
 def compile_sized_parts(members: list[Any]) -> list[list[Any]]:
-    """``members`` in order, cut into the fewest parts of at most about :data:`MAX_KERNEL_OPS` ops, of about equal
-    weight: each member goes to the part its middle falls into (a member heavier than that is a part of its own)."""
+    """``members`` in order, cut into ``ceil(ops / MAX_KERNEL_OPS)`` parts of about equal weight: each member goes
+    to the part its middle falls into (so a part can pass the limit by half a member at each end)."""
     weights = [_ops(member) for member in members]
     count = max(1, math.ceil(sum(weights) / MAX_KERNEL_OPS))
     target = sum(weights) / count

@@ -224,7 +224,8 @@ def test_abstract_divisors_makes_widths_values_of_the_member():
 def test_abstract_divisors_names_a_value_once_and_leaves_coefficients():
     x = sympy.Symbol("x", integer=True, nonnegative=True)
     names = {}
-    expr = index_math.abstract_divisors(FloorDiv(x, 64) + 3 * ModularIndexing(x, 1, 64) + ModularIndexing(x, 1, 1), names)
+    expr = FloorDiv(x, 64) + 3 * ModularIndexing(x, 1, 64) + ModularIndexing(x, 1, 1)
+    expr = index_math.abstract_divisors(expr, names)
     assert list(names) == [64]
     (symbol,) = names.values()
     assert expr.has(3 * ModularIndexing(x, 1, symbol)) and expr.has(FloorDiv(x, symbol))
