@@ -251,6 +251,23 @@ def test_piece_groups_heavier_than_a_kernel_are_cut_in_order_into_parts_of_equal
     assert piece_groups.compile_sized_parts(light) == [light]
 
 
+def test_chain_of_layers_in_a_bf16_training_step():
+    """Forward and backward of four layers in bf16: the forward is a kernel per layer (the backward reads each
+    layer's output, so each is written), the backward (the transposed pattern: gradients of the pieces, cat of the
+    gradients) one kernel, and the input's gradient is eager's."""
+    x = torch.randn(8, 72, dtype=torch.bfloat16, requires_grad=True)
+    report = compile_report(lambda x: _layers(x, 4), (x,))
+    stock = compile_report(lambda x: _layers(x, 4), (x,), passes=None)
+    launches = {g.name: len(g.launches) for g in report.graphs}
+    assert launches == {"forward": 4, "backward": 1}, launches
+    assert len(report.launches) * 10 < len(stock.launches)
+    grad = torch.randn(8, 72, dtype=torch.bfloat16)
+    expected = torch.autograd.grad(_layers(x, 4), x, grad)[0]
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.autograd.grad(torch.compile(lambda x: _layers(x, 4))(x), x, grad)[0]
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
 def test_returned_inner_cat_is_written_and_results_are_right():
     def fn(x):
         return _layers(x, 3, keep_first=True)
