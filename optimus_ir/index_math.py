@@ -284,10 +284,10 @@ def _static_simplifier() -> Callable[[sympy.Expr, dict[sympy.Symbol, int]], symp
     return SizeVarAllocator().simplify_with_ranges
 
 
-def flatten_loops(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int], flat: sympy.Symbol) -> sympy.Expr:
-    """``expr`` over the loop variables ``ranges`` (outermost first, row-major, static sizes) as a function of one
-    flat index ``flat`` in ``[0, prod(sizes))``: variable ``j`` is ``(flat // stride_j) % size_j``, simplified with
-    Inductor's own range-aware simplifier.
+def flatten_loops(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, sympy.Expr], flat: sympy.Symbol) -> sympy.Expr:
+    """``expr`` over the loop variables ``ranges`` (outermost first, row-major; sizes are numbers or size symbols)
+    as a function of one flat index ``flat`` in ``[0, prod(sizes))``: variable ``j`` is ``(flat // stride_j) %
+    size_j``, simplified with Inductor's own range-aware simplifier.
 
     A pointwise kernel runs over the flat index, so two of them whose indices flatten to the same expressions
     compute the same function of it, whatever the shapes they were written for.
@@ -298,13 +298,16 @@ def flatten_loops(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int], flat: sy
     x + 7
     >>> flatten_loops(p0 + 64*p1, {p0: 64, p1: 32}, x)   # a transpose stays shape-specific
     ((x//32)) + 64*(ModularIndexing(x, 1, 32))
+    >>> rows, width = Symbol("s0", integer=True, positive=True), Symbol("s1", integer=True, positive=True)
+    >>> flatten_loops(width*p0 + p1, {p0: rows, p1: width}, x), flatten_loops(p1, {p0: rows, p1: width}, x)
+    (x, ModularIndexing(x, 1, s1))
     """
     mapping: dict[sympy.Symbol, sympy.Expr] = {}
     stride = 1
     items = list(ranges.items())
     for position, (var, size) in reversed(list(enumerate(items))):
         mapping[var] = FloorDiv(flat, stride) if position == 0 else ModularIndexing(flat, stride, size)
-        stride *= int(size)
+        stride = stride * sympy.sympify(size)
     return _static_simplifier()(sympy.expand(sympy.sympify(expr).xreplace(mapping)), {flat: stride})
 
 

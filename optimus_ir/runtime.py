@@ -3,10 +3,12 @@
 A kernel made by ``IdenticalKernelsToMemberTableKernel`` serves N members. Where each member's blocks start, how many
 elements it has, and the address of each of its tensors are read from one int64 table on the kernel's device::
 
-    [ block starts of the members, padded to a power of two with INT64_MAX ]   (constant)
-    [ numel of each member ]                                                     (constant)
-    [ divisor 0 of each member ] [ divisor 1 of each member ] ...  (constant; only divisors that differ)
+    [ block starts of the members, padded to a power of two with INT64_MAX ]   (constant*)
+    [ numel of each member ]                                                     (constant*)
+    [ divisor 0 of each member ] [ divisor 1 of each member ] ...                (constant; the divisors that differ)
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
+
+    * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
 of one split read the same buffer at different offsets).
@@ -86,16 +88,22 @@ class MemberTable:
 
     def __init__(
         self,
-        starts: list[int],
-        numels: list[int],
+        starts: list[int] | None,
+        numels: list[int] | None,
         pad_to: int,
         byte_offsets: list[int] | None = None,
         divisors: list[int] | None = None,
+        align: int | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
         outside_graph_pools: bool = False,
     ) -> None:
-        self.constant = [*starts, *[_INT64_MAX] * (pad_to - len(starts)), *numels, *(divisors or ())]
+        """``starts`` and ``numels`` None: members of symbolic sizes, whose numels each call gives (``numels=``);
+        each member then starts at the next multiple of ``align`` after the one before."""
+        self.pad_to = pad_to
+        self.divisors = list(divisors or ())
+        self.align = align
+        self.constant = None if numels is None else self._constant(starts, numels)
         #: added to each tensor's address: a member may read its buffer at an offset the shared body does not add
         self.byte_offsets = byte_offsets
         self.cache_size = cache_size
@@ -106,18 +114,22 @@ class MemberTable:
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
-    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
-        """The table for one call: ``tensors`` are slot 0 of every member, then slot 1 of every member, ..."""
+    def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
+        return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.divisors]
+
+    def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
+        """The table for one call: ``tensors`` are slot 0 of every member, then slot 1 of every member, ...;
+        ``numels``: the members' numels, for a table made without them (symbolic sizes)."""
         device = tensors[0].device
-        key = (device, *[t.data_ptr() for t in tensors])
+        key = (device, numels, *[t.data_ptr() for t in tensors])
         if device.type == "cuda":
             if self._unused_capture_buffers is None:
-                self._make_capture_buffers(device, len(key) - 1)
+                self._make_capture_buffers(device, len(self._constant_for(numels)) + len(tensors))
             if torch.cuda.is_current_stream_capturing():
                 return self._for_capture(key)
         table = self._recent.get(key)
         if table is None:
-            table = self._build(key[1:], device)
+            table = self._build(self._constant_for(numels), key[2:], device)
             self._recent[key] = table
             if len(self._recent) > self.cache_size:
                 self._recent.popitem(last=False)
@@ -125,9 +137,15 @@ class MemberTable:
             self._recent.move_to_end(key)
         return table
 
-    def _build(self, addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
+    def _constant_for(self, numels: tuple[int, ...] | None) -> list[int]:
+        if numels is None:
+            return self.constant
+        padded = [-(-n // self.align) * self.align for n in numels]
+        return self._constant([sum(padded[:i]) for i in range(len(padded))], list(numels))
+
+    def _build(self, constant: list[int], addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
         # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
-        host = torch.tensor([*self.constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu")
+        host = torch.tensor([*constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu")
         if device.type == "cpu":
             return host
         if self.outside_graph_pools:
@@ -140,8 +158,7 @@ class MemberTable:
             return list(addresses)
         return [address + offset for address, offset in zip(addresses, self.byte_offsets)]
 
-    def _make_capture_buffers(self, device: torch.device, addresses: int, count: int | None = None) -> None:
-        size = len(self.constant) + addresses
+    def _make_capture_buffers(self, device: torch.device, size: int, count: int | None = None) -> None:
 
         def make() -> list[tuple[torch.Tensor, torch.Tensor]]:
             return [
@@ -157,15 +174,16 @@ class MemberTable:
         table = self._captured.get(key)
         if table is not None:
             return table
+        constant = self._constant_for(key[1])
         if not self._unused_capture_buffers and self.outside_graph_pools:
-            self._make_capture_buffers(key[0], len(key) - 1, count=1)
+            self._make_capture_buffers(key[0], len(constant) + len(key) - 2, count=1)
         if not self._unused_capture_buffers:
             raise RuntimeError(
                 f"optimus_ir: more than {self.capture_buffers} CUDA graphs captured with different addresses for one "
                 "merged kernel; set OPTIMUS_IR=splitcat to turn the horizontal pass off for this program"
             )
         host, table = self._unused_capture_buffers.pop()
-        host.copy_(torch.tensor([*self.constant, *self._shifted(key[1:])], dtype=torch.int64, device="cpu"))
+        host.copy_(torch.tensor([*constant, *self._shifted(key[2:])], dtype=torch.int64, device="cpu"))
         table.copy_(host, non_blocking=True)  # captured: replays copy these (never rewritten) host values
         self._captured[key] = table
         return table

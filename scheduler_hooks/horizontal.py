@@ -33,6 +33,7 @@ from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
+from torch.utils._sympy.functions import FloorDiv
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from optimus_ir import index_math
@@ -71,6 +72,9 @@ class Structure:
     divisors: tuple[int, ...] = ()
     #: pointwise members: per subnode, each index as a function of ``_FLAT_INDEX`` with the divisors as symbols
     flat_indices: tuple[dict[str, sympy.Expr], ...] = ()
+    #: a pointwise member of symbolic size (dynamic shapes): its numel as an expression of size symbols (``numel``
+    #: is then its size hint, for the cost and memory estimates)
+    numel_expr: sympy.Expr | None = None
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
@@ -156,11 +160,15 @@ def structure_of(node: Any) -> Structure | str:
             return f"not a computed buffer: {snode.get_name()}"
         iter_sizes, reduce_sizes = snode._sizes
         sizes = [*iter_sizes, *reduce_sizes]
-        if not all(isinstance(s, (int, sympy.Integer)) for s in sizes):
+        # symbolic sizes (dynamic shapes): pointwise only, compared over the flat index, whose expressions then
+        # name the size symbols they use (members merge only where those are the same symbols)
+        symbolic = not all(isinstance(s, (int, sympy.Integer)) for s in sizes)
+        if symbolic and not abstract:
             return f"symbolic sizes: {snode.get_name()} has {sizes}"
         body = snode._body
+        allowed = (SymT.INDIRECT, SymT.SIZE, SymT.PRECOMPUTED_SIZE) if symbolic else (SymT.INDIRECT,)
         if any(
-            not symbol_is_type(symbol, SymT.INDIRECT)  # a loaded index (embedding rows): data, fine
+            not symbol_is_type(symbol, allowed)  # a loaded index (embedding rows): data, fine
             for expr in body.indexing_exprs.values()
             for symbol in expr.free_symbols - set(body.var_ranges)
         ):
@@ -227,12 +235,16 @@ def structure_of(node: Any) -> Structure | str:
     slots = sorted(slot_of, key=slot_of.__getitem__)
     dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
     _, (numel, rnumel) = node.group
-    if not isinstance(numel, (int, sympy.Integer)) or not isinstance(rnumel, (int, sympy.Integer)):
+    numel_expr = None
+    if not isinstance(numel, (int, sympy.Integer)):
+        numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
+    if not isinstance(rnumel, (int, sympy.Integer)):
         return f"symbolic sizes: extent {numel} x {rnumel}"
-    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts))
+    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts), numel_expr is not None)
     in_place = any(real != name for *_, written in traced for name, _, real in written)
     return Structure(
-        key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices)
+        key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices),
+        numel_expr,
     )
 
 
@@ -487,6 +499,8 @@ class MemberTableGroup(GroupKernelNode):
     def describe(self) -> str:
         numels = sorted({s.numel for s in self.structures})
         sizes = f"ragged: {len(numels)} sizes" if len(numels) > 1 else f"{numels[0]} each"
+        if self.structures[0].numel_expr is not None:
+            sizes = "symbolic sizes, starts per call"
         divisors = len(_varying_divisors(self.structures))
         divisors_text = f", {divisors} divisor(s) per member" if divisors else ""
         return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
@@ -507,10 +521,11 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     nodes = list(rep.get_nodes())
     _, (numel, rnumel) = rep.group
     divisors = _varying_divisors(structures)
+    symbolic = structures[0].numel_expr is not None
     try:
         schedule = backend.generate_node_schedule(nodes, numel, rnumel)
         tiling = backend.select_tiling(schedule, numel, rnumel)
-        with _over_flat_index(rep, structures[0], divisors):
+        with _over_flat_index(rep, structures[0], divisors, always=symbolic):
             kernel = MemberTableKernel(
                 tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
                 reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors,
@@ -559,15 +574,18 @@ def _varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[in
 
 
 @contextlib.contextmanager
-def _over_flat_index(node: Any, structure: Structure, divisors: dict[sympy.Symbol, list[int]]) -> Iterator[None]:
+def _over_flat_index(
+    node: Any, structure: Structure, divisors: dict[sympy.Symbol, list[int]], always: bool = False
+) -> Iterator[None]:
     """Within the block, the node's subnodes loop over one flat index, their indices those of ``structure``
     (``Structure.flat_indices``) with the symbols of ``divisors`` left as symbols (read from the member table by
-    the kernel's prologue) and the other divisors put back as numbers. Nothing changes without ``divisors``.
+    the kernel's prologue) and the other divisors put back as numbers. Nothing changes without ``divisors``,
+    unless ``always`` (members of symbolic sizes: the kernel must not use the size symbols of one member's loops).
 
     Before: ``_sizes = ([16, 64], [])``, ``load(bias, p1)``. After: ``_sizes = ([1024], [])``,
     ``load(bias, ModularIndexing(p0, 1, idivisor0))``.
     """
-    if not divisors:
+    if not divisors and not always:
         yield
         return
     from torch._inductor import dependencies
@@ -578,16 +596,17 @@ def _over_flat_index(node: Any, structure: Structure, divisors: dict[sympy.Symbo
     fixed = {index_math.divisor_symbol(i): sympy.Integer(value) for i, value in enumerate(structure.divisors)}
     for symbol in divisors:
         del fixed[symbol]
+    numel = structure.numel if structure.numel_expr is None else structure.numel_expr
     saved = []
     try:
         for snode, indices in zip(node.get_nodes(), structure.flat_indices, strict=True):
-            (variables,), ranges = dependencies.index_vars_no_squeeze([structure.numel], prefix="p")
+            (variables,), ranges = dependencies.index_vars_no_squeeze([numel], prefix="p")
             flat = {name: expr.xreplace({**fixed, _FLAT_INDEX: variables[0]}) for name, expr in indices.items()}
             body = LoopBody(
                 lambda *_, old=snode._body, flat=flat: replay(old, flat), [variables, []], ranges, variables, []
             )
             saved.append((snode, snode._body, snode._sizes))
-            snode._body, snode._sizes = body, ([structure.numel], [])
+            snode._body, snode._sizes = body, ([numel], [])
         yield
     finally:
         for snode, body, sizes in saved:
@@ -598,8 +617,8 @@ def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], st
     """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
     (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
     ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer."""
-    if not V.graph.is_inference:
-        return  # training outputs are saved for the backward: keep them separate tensors
+    if not V.graph.is_inference or structures[0].numel_expr is not None:
+        return  # training outputs are saved for the backward: keep them separate tensors; symbolic sizes: not here
     wrapper = V.graph.wrapper_code
     outputs = set(V.graph.get_output_names())
     for slot in range(len(structures[0].slots)):
@@ -676,12 +695,15 @@ class MemberTableKernel(TritonKernel):
         #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
         #: name), but their members, sizes and addresses differ
         self.call_site = call_site
-        numels = [s.numel for s in structures]
-        self.align = _align(numels[0], reduction)
+        numels = [s.numel for s in structures]  # size hints where symbolic
+        #: members of symbolic sizes: where each starts is known per call only (the table is filled then), and
+        #: any block size the autotuner picks for the size hint must fit (members start at the largest one)
+        self.symbolic = structures[0].numel_expr is not None
+        self.align = _MAX_XBLOCK if self.symbolic else _align(numels[0], reduction)
         padded = [-(-n // self.align) * self.align for n in numels]
         self.starts = [sum(padded[:i]) for i in range(len(padded))]
         self.total = sum(padded)
-        self.uniform = len(set(numels)) == 1
+        self.uniform = len(set(numels)) == 1 and not self.symbolic
         # the heuristics pick blocks no larger than the size hint: at most align, or any size for large pointwise
         large_pointwise = not reduction and self.align == _MAX_XBLOCK
         self.size_hint_x = 1 << (self.total - 1).bit_length() if large_pointwise else self.align
@@ -689,7 +711,7 @@ class MemberTableKernel(TritonKernel):
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
 
     def _has_constant_mask(self, tree: Any) -> bool:
-        if tree.prefix == "x" and any(s.numel % self.align for s in self.structures):
+        if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
             return False
         return super()._has_constant_mask(tree)
 
@@ -721,7 +743,7 @@ class MemberTableKernel(TritonKernel):
             if not line.startswith("xnumel = "):
                 code.writeline(line)
         n = len(self.structures)
-        small = self.index_dtype == "tl.int32" and self.total < 2**31
+        small = self.index_dtype == "tl.int32" and self.total < 2**31 and not self.symbolic
         pid = "tl.program_id(0)" if small else "tl.program_id(0).to(tl.int64)"
         code.writeline(f"xstart = {pid} * XBLOCK")
         tensor_args = self._tensor_args()
@@ -768,17 +790,27 @@ class MemberTableKernel(TritonKernel):
                 byte_offsets.extend((s.offsets[slot] - rep.offsets[slot]) * itemsize for s in self.structures)
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        call_options, total = "", str(self.total)
+        if self.symbolic:  # where members start is known per call: the table is filled from their numels
+            exprs = [s.numel_expr for s in self.structures]
+            options += f", align={self.align}"
+            call_options = f", numels=({''.join(wrapper.codegen_python_sizevar(e) + ', ' for e in exprs)})"
+            total = wrapper.codegen_python_sizevar(
+                sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
+            )
+            numels = None
         if self.divisors:
             options += f", divisors={[v for values in self.divisors.values() for v in values]!r}"
         if _cudagraph_trees():  # the table must not live in a graph's memory pool
             options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
-        wrapper.header.writeline(f"{table} = MemberTable({self.starts!r}, {numels!r}, {self.pad_to}{options})")
-        wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)})")
+        starts = None if self.symbolic else self.starts
+        wrapper.header.writeline(f"{table} = MemberTable({starts!r}, {numels!r}, {self.pad_to}{options})")
+        wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)}{call_options})")
         call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)
         self.add_numel_to_call_args(name, call_args, arg_types)
-        call_args[first_numel] = str(self.total)  # x: the members' blocks, end to end (the grid)
+        call_args[first_numel] = total  # x: the members' blocks, end to end (the grid)
         wrapper.generate_kernel_call(
             name, call_args, triton=True, arg_types=arg_types,
             triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,

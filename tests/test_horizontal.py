@@ -192,11 +192,30 @@ def test_in_place_updates_keep_their_order_and_their_targets():
     torch.testing.assert_close(inputs, [a, b, c, d, e])
 
 
-def test_dynamic_shapes_fall_back_with_the_reason():
-    def fn(*xs):
-        return [torch.tanh(x) for x in xs]
+def test_dynamic_shapes_merge_pointwise_members_and_fill_the_table_per_call():
+    """dynamic=True: every size is a symbol. Members whose flat indices name the same symbols (a bias of the one
+    width all share) merge; where each starts is computed per call from its numel, so new sizes need no recompile."""
 
-    inputs = [torch.randn(8 + i, 16) for i in range(4)]
+    def fn(*args):
+        return [torch.tanh(x) + bias for x, bias in zip(args[::2], args[1::2])]
+
+    def inputs(rows):
+        return [t for r in rows for t in (torch.randn(r, 16), torch.randn(16))]
+
+    compiled = torch.compile(fn, dynamic=True)
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows in ((8, 9, 10), (3, 700, 5)):  # the second call: other sizes, members of other block counts
+            args = inputs(rows)
+            torch.testing.assert_close(compiled(*args), fn(*args))
+    fired = [r for r in records if r.rule == RULE and r.fired]
+    assert len(fired) == 1 and len(fired[0].nodes) == 3, records  # one compile, one group
+
+
+def test_dynamic_shapes_keep_reductions_apart_with_the_reason():
+    def fn(*xs):
+        return [x.sum(-1) for x in xs]
+
+    inputs = [torch.randn(8 + i, 16) for i in range(3)]
     actual, expected, records = _run_in_interpreter(fn, inputs, dynamic=True)
     assert not any(r.fired for r in records)
     assert any("symbolic sizes" in r.detail for r in records)
@@ -306,6 +325,16 @@ def test_member_table_puts_the_divisors_after_the_numels():
     assert table(x, y).tolist() == [0, 1024, 640, 960, 64, 96, 5, 10, x.data_ptr(), y.data_ptr()]
 
 
+def test_member_table_of_symbolic_sizes_is_made_from_each_calls_numels():
+    table = MemberTable(None, None, pad_to=4, align=4096)
+    x, y, z = torch.zeros(3), torch.zeros(5), torch.zeros(7)
+    first = table(x, y, z, numels=(100, 5000, 1)).tolist()
+    assert first[:7] == [0, 4096, 12288, 2**63 - 1, 100, 5000, 1]
+    assert first[7:] == [x.data_ptr(), y.data_ptr(), z.data_ptr()]
+    # the same tensors with other numels: another table, not the cached one
+    assert table(x, y, z, numels=(4097, 1, 1)).tolist()[:7] == [0, 8192, 12288, 2**63 - 1, 4097, 1, 1]
+
+
 def test_member_table_adds_each_members_byte_offset_to_its_address():
     # slot 0 of two members reads one buffer at +0 and +64 bytes; slot 1 (their outputs) at no offset
     table = MemberTable(starts=[0, 1024], numels=[16, 16], pad_to=2, byte_offsets=[0, 64, 0, 0])
@@ -359,7 +388,7 @@ def test_member_table_outside_graph_pools_is_made_on_another_thread():
 
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, outside_graph_pools=True)
     with mock.patch.object(torch.Tensor, "to", to):
-        table._build((1, 2), torch.device("meta"))
+        table._build(table.constant, (1, 2), torch.device("meta"))
     assert made_on == ["optimus_ir-member-table"]
 
 
