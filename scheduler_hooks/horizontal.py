@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -160,10 +161,11 @@ def structure_of(node: Any) -> Structure | str:
             return f"not a computed buffer: {snode.get_name()}"
         iter_sizes, reduce_sizes = snode._sizes
         sizes = [*iter_sizes, *reduce_sizes]
-        # symbolic sizes (dynamic shapes): pointwise only, compared over the flat index, whose expressions then
-        # name the size symbols they use (members merge only where those are the same symbols)
+        # symbolic sizes (dynamic shapes): pointwise nodes are compared over the flat index, whose expressions then
+        # name the size symbols they use (members merge only where those are the same symbols); row reductions
+        # only where the row count is the one symbolic size
         symbolic = not all(isinstance(s, (int, sympy.Integer)) for s in sizes)
-        if symbolic and not abstract:
+        if symbolic and not abstract and not all(isinstance(s, (int, sympy.Integer)) for s in sizes[1:]):
             return f"symbolic sizes: {snode.get_name()} has {sizes}"
         body = snode._body
         allowed = (SymT.INDIRECT, SymT.SIZE, SymT.PRECOMPUTED_SIZE) if symbolic else (SymT.INDIRECT,)
@@ -525,7 +527,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     try:
         schedule = backend.generate_node_schedule(nodes, numel, rnumel)
         tiling = backend.select_tiling(schedule, numel, rnumel)
-        with _over_flat_index(rep, structures[0], divisors, always=symbolic):
+        with _over_flat_index(rep, structures[0], divisors, always=symbolic and not group.reduction):
             kernel = MemberTableKernel(
                 tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
                 reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors,
@@ -534,6 +536,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
                 backend.codegen_node_schedule_with_kernel(schedule, kernel)
             with V.set_kernel_handler(kernel):
                 src_code = kernel.codegen_kernel()
+        _check_shared_size_symbols(kernel, structures[0])
     except Exception as error:  # a rule must never fail a compile
         log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=True)
         record(
@@ -557,6 +560,15 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         V.graph.removed_buffers |= {rename.get(name, name) for name in kernel.removed_buffers}
     V.graph.removed_buffers |= kernel.removed_buffers
     backend.free_buffers_in_scheduler()
+
+
+def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
+    """Raise unless every size symbol the kernel takes as an argument is one all members use: one that their
+    (equal) structure names. A member's own sizes (its row count, its numel) come from the table instead."""
+    shared = set(re.findall(r"\b[a-z]+\d+\b", str(structure.key)))
+    own = {symbol.name for expr in kernel.args.sizevars for symbol in expr.free_symbols} - shared
+    if own:
+        raise NotImplementedError(f"the kernel reads sizes of one member only: {sorted(own)}")
 
 
 def _varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:
@@ -699,7 +711,8 @@ class MemberTableKernel(TritonKernel):
         #: members of symbolic sizes: where each starts is known per call only (the table is filled then), and
         #: any block size the autotuner picks for the size hint must fit (members start at the largest one)
         self.symbolic = structures[0].numel_expr is not None
-        self.align = _MAX_XBLOCK if self.symbolic else _align(numels[0], reduction)
+        largest_block = _MAX_REDUCTION_XBLOCK if reduction else _MAX_XBLOCK
+        self.align = largest_block if self.symbolic else _align(numels[0], reduction)
         padded = [-(-n // self.align) * self.align for n in numels]
         self.starts = [sum(padded[:i]) for i in range(len(padded))]
         self.total = sum(padded)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -211,7 +212,22 @@ def test_dynamic_shapes_merge_pointwise_members_and_fill_the_table_per_call():
     assert len(fired) == 1 and len(fired[0].nodes) == 3, records  # one compile, one group
 
 
-def test_dynamic_shapes_keep_reductions_apart_with_the_reason():
+def test_dynamic_shapes_merge_row_reductions_of_symbolic_row_counts():
+    """Layer norms over a fixed width, any number of rows each: one kernel, rows per member from the table."""
+
+    def fn(*xs):
+        return [F.layer_norm(x, (16,)) for x in xs]
+
+    compiled = torch.compile(fn, dynamic=True)
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows in ((8, 9, 10), (3, 700, 5)):
+            inputs = [torch.randn(r, 16) for r in rows]
+            torch.testing.assert_close(compiled(*inputs), fn(*inputs), atol=1e-5, rtol=1e-5)
+    fired = [r for r in records if r.rule == RULE and r.fired]
+    assert len(fired) == 1 and "row reduction, symbolic sizes" in fired[0].detail, records
+
+
+def test_dynamic_shapes_keep_reductions_over_a_symbolic_width_apart_with_the_reason():
     def fn(*xs):
         return [x.sum(-1) for x in xs]
 
@@ -220,6 +236,15 @@ def test_dynamic_shapes_keep_reductions_apart_with_the_reason():
     assert not any(r.fired for r in records)
     assert any("symbolic sizes" in r.detail for r in records)
     torch.testing.assert_close(actual, expected)
+
+
+def test_a_kernel_reading_one_members_own_size_is_not_used_for_the_group():
+    rows, width = sympy.Symbol("s31", integer=True, positive=True), sympy.Symbol("s46", integer=True, positive=True)
+    kernel = SimpleNamespace(args=SimpleNamespace(sizevars={rows * 4: "ks0"}))
+    with pytest.raises(NotImplementedError, match="s31"):
+        horizontal._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
+    kernel.args.sizevars = {width: "ks0"}
+    horizontal._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
 
 
 def test_merging_that_would_raise_peak_memory_is_split():
