@@ -148,22 +148,38 @@ def reduce_overhead_rows() -> list[dict]:
 
 
 def dynamic_rows() -> list[dict]:
-    """``dynamic=True``: sizes are symbols; pointwise members merge (their table is filled per call from their
-    sizes), whatever is not provable falls back, results stay right over calls of new sizes."""
+    """``dynamic=True``: sizes are symbols; pointwise members and row reductions whose row count is the symbol merge
+    (their table is filled per call from their sizes), whatever is not provable falls back, results stay right over
+    calls of new sizes."""
+    _FP32 = torch.float32
+
+    def layer_norms(rows_count: int) -> list[torch.Tensor]:
+        xs = _tensors([(rows_count + i, 512) for i in range(8)], _FP32)
+        for x in xs:  # the row counts are symbols, the width stays 512
+            torch._dynamo.mark_dynamic(x, 0)
+        return xs + _tensors([(512,)] * 16, _FP32)
+
+    def tanhs(rows_count: int) -> list[torch.Tensor]:
+        return _tensors([(rows_count + i, 256) for i in range(16)], _FP32)
+
+    cases = [
+        ("16x tanh dynamic=True, 3 sizes", tanh_each, tanhs, True),
+        ("8x layer_norm, row counts dynamic, 3 row counts", layer_norm_each, layer_norms, None),
+    ]
     rows = []
-    fn = tanh_each
-    torch._dynamo.reset()
-    with optimus_ir.enabled("all"), recording() as records:
-        run = torch.compile(fn, dynamic=True)
-        worst = 0.0
-        for rows_count in (64, 96, 128):
-            inputs = _tensors([(rows_count + i, 256) for i in range(16)], torch.float32)
-            worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
-    reasons = sorted({r.detail for r in records if not r.fired})
-    merged = [r.detail for r in records if r.fired and r.rule == "IdenticalKernelsToMemberTableKernel"]
-    rows.append({"workload": "16x tanh dynamic=True, 3 sizes", "max rel err": worst, "merged": "; ".join(merged),
-                 "reasons": "; ".join(reasons)})
-    print(rows[-1], flush=True)
+    for name, fn, make, dynamic in cases:
+        torch._dynamo.reset()
+        with optimus_ir.enabled("all"), recording() as records:
+            run = torch.compile(fn, dynamic=dynamic)
+            worst = 0.0
+            for rows_count in (64, 96, 128):
+                inputs = make(rows_count)
+                worst = max(worst, max_rel_error(run(*inputs), fn(*inputs)))
+        reasons = sorted({r.detail for r in records if not r.fired})
+        merged = [r.detail for r in records if r.fired and r.rule == "IdenticalKernelsToMemberTableKernel"]
+        row = {"workload": name, "max rel err": worst, "merged": "; ".join(merged), "reasons": "; ".join(reasons)}
+        rows.append(row)
+        print(rows[-1], flush=True)
     return rows
 
 

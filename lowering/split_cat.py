@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -297,11 +298,15 @@ def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
     return merged
 
 
-def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int) -> Any:
-    """A ConcatKernel output of ``size`` whose every fold is realized into its (possibly strided) view.
+def _write_into_views(
+    folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int, direct: Sequence[Any] = ()
+) -> Any:
+    """A ConcatKernel output of ``size`` whose every fold is realized into its (possibly strided) view, and each
+    ``direct`` piece (a buffer with its start along ``dim``) is made to write straight into its region.
 
     ``ConcatKernel.create`` only places inputs side by side; strided members need their own views, so this is
-    its construction with ``ReinterpretView``s of our choosing.
+    its construction with ``ReinterpretView``s of our choosing. Only a cat written entirely by folds is listed in
+    :data:`WRITTEN_BY_FOLDS` (a consumer moved into the folds must see every element).
     """
     from torch._inductor import ir
     from torch._inductor.virtualized import V
@@ -310,29 +315,72 @@ def _write_into_views(folds: list[_Fold], size: list[sympy.Expr], stride: list[s
     device, dtype = box.get_device(), box.get_dtype()
     concat = ir.ConcatKernel(name=None, layout=ir.FixedLayout(device, dtype, size, stride), inputs=[])
     storage = ir.StorageBox(concat)
-    for fold in folds:
-        view = ir.ReinterpretView(
-            data=storage, layout=ir.FixedLayout(device, dtype, fold.ranges, fold.stride, fold.offset)
-        )
-        concat.inputs.append(ir.ConcatKernel.realize_into(fold.pointwise(), view))
+    regions = [(fold.pointwise(), fold.ranges, fold.stride, fold.offset) for fold in folds]
+    regions += [(x, x.get_size(), stride, start * stride[dim]) for x, start in direct]
+    for data, ranges, region_stride, offset in regions:
+        view = ir.ReinterpretView(data=storage, layout=ir.FixedLayout(device, dtype, ranges, region_stride, offset))
+        concat.inputs.append(ir.ConcatKernel.realize_into(data, view))
     concat.name = V.graph.register_buffer(concat)
     concat.inputs = ir.ConcatKernel.unwrap_storage(concat.inputs)
     V.graph.register_operation(concat)
-    if not any(user.op == "output" for user in V.graph.current_node.users):
+    if not direct and _reader_besides_cats(V.graph.current_node) is None:
         WRITTEN_BY_FOLDS.setdefault(V.graph, {})[concat.name] = (folds, size, stride, dim)
     return storage
 
 
+#: Ops through which a later cat's pieces still read a cat's elements one by one (and so can read through its folds).
+_VIEWS_OF_PIECES = frozenset({
+    operator.getitem, aten.split.Tensor, aten.split_with_sizes.default, aten.slice.Tensor, aten.narrow.default,
+    aten.select.int, aten.unbind.int,
+})
+
+
+def _reader_besides_cats(fx_cat: Any) -> Any:
+    """A use of ``fx_cat``'s value by an op that loads it from memory (not another cat through views and
+    elementwise ops, nor a return of an elementwise op of it), or None.
+
+    Only with none is reading through its folds (:class:`_ReadThroughFolds`) a saving: a cat that is also returned,
+    reduced, multiplied by a matrix, ... is written anyway, and a later piece that recomputed it instead of loading
+    it would only repeat work (in a backward, where each layer's gradient is also reduced into a weight gradient,
+    the bodies would grow with the depth of the chain).
+    """
+    if any(user.op == "output" for user in fx_cat.users):
+        return next(user for user in fx_cat.users if user.op == "output")
+    seen, todo = set(), list(fx_cat.users)
+    while todo:
+        node = todo.pop()
+        if node in seen or node.op == "output" or node.target is aten.cat.default:
+            continue
+        seen.add(node)
+        pointwise = isinstance(node.target, torch._ops.OpOverload) and torch.Tag.pointwise in node.target.tags
+        if node.op != "call_function" or not (pointwise or node.target in _VIEWS_OF_PIECES):
+            return node
+        todo.extend(node.users)
+    return None
+
+
 def _write_as_one_kernel_group(
-    folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int
+    folds: list[_Fold], size: list[sympy.Expr], stride: list[sympy.Expr], dim: int, direct: Sequence[Any] = ()
 ) -> tuple[Any, tuple[str, ...]]:
-    """:func:`_write_into_views`, with the folds' buffers recorded in :data:`PIECE_GROUPS` (one kernel)."""
+    """:func:`_write_into_views`, with the kernels that write it recorded in :data:`PIECE_GROUPS` (one kernel)."""
     from torch._inductor.virtualized import V
 
-    storage = _write_into_views(folds, size, stride, dim)
+    storage = _write_into_views(folds, size, stride, dim, direct)
     group = tuple(buf.get_name() for buf in storage.data.inputs)
     PIECE_GROUPS.setdefault(V.graph, []).append(group)
     return storage, group
+
+
+def _how_later_pieces_read(fx_cat: Any, direct: bool = False) -> str:
+    """For the dump: whether later cats' pieces recompute this cat's elements or load them."""
+    if direct:
+        return "later cats load it (not every element is a fold's)"
+    reader = _reader_besides_cats(fx_cat)
+    if reader is None:
+        return "later cats read through it"
+    if reader.op == "output":
+        return "returned, so written"
+    return f"also read by {reader.name}, so written and loaded by later cats"
 
 
 def _check_consumers(fx_cat: Any) -> None:
@@ -361,11 +409,17 @@ def _check_inputs(inputs: Sequence[Any]) -> None:
     for x in inputs:
         if not index_math.is_static(x.get_size()):
             raise Reject(f"symbolic sizes {list(x.get_size())}: not proven, stock lowering")
-        if ir.is_storage_and_layout(x):
-            storage, _ = ir.as_storage_and_layout(x, freeze=False)
-            if ir.ConcatKernel.can_realize_into_without_copy(storage) and not storage.is_input_buffer():
-                raise Reject(f"input {storage.get_name()} is computed by its own kernel, which stock Inductor makes "
-                             "write straight into the cat output (no copy)")
+
+
+def _computed_by_own_kernel(x: Any, dtype: torch.dtype) -> bool:
+    """Whether cat input ``x`` is already a buffer of ``dtype`` that its kernel can write straight into the cat
+    output, as stock Inductor's ConcatKernel makes it (folding it would add a copy)."""
+    from torch._inductor import ir
+
+    if x.get_dtype() != dtype or not ir.is_storage_and_layout(x):
+        return False
+    storage, _ = ir.as_storage_and_layout(x, freeze=False)
+    return ir.ConcatKernel.can_realize_into_without_copy(storage) and not storage.is_input_buffer()
 
 
 def _nonempty(inputs: Sequence[Any], dim: int) -> list[Any]:
@@ -420,9 +474,14 @@ class SplitCatToPointwise(LoweringRule):
         if len(inputs) < 2:
             raise Reject("fewer than two non-empty inputs")
         starts = index_math.piece_starts([x.get_size()[dim] for x in inputs])
-        pieces = [_trace(to_dtype(x, dtype), start) for x, start in zip(inputs, starts)]
-        size = list(pieces[0].size)
-        size[dim] = sum(p.size[dim] for p in pieces)
+        direct = [(x, start) for x, start in zip(inputs, starts) if _computed_by_own_kernel(x, dtype)]
+        if len(inputs) - len(direct) < 2:
+            raise Reject(f"{len(direct)} of {len(inputs)} inputs are computed by their own kernels, which stock "
+                         "Inductor makes write straight into the cat output (no copy): nothing to fold")
+        folded = [(x, start) for x, start in zip(inputs, starts) if not any(x is d for d, _ in direct)]
+        pieces = [_trace(to_dtype(x, dtype), start) for x, start in folded]
+        size = list(inputs[0].get_size())
+        size[dim] = sum(x.get_size()[dim] for x in inputs)
         stride = ir.FlexibleLayout.contiguous_strides(size)
         progressions = _progressions(pieces, dim)
         folds = _merge_affine(
@@ -436,13 +495,18 @@ class SplitCatToPointwise(LoweringRule):
             f"{len(pieces)} pieces along dim {dim} → {len(progressions)} progression(s) of "
             f"{[len(p.pieces) for p in progressions]} → {len(folds)} Pointwise"
         )
-        if len(folds) == 1:
+        if direct:
+            summary += f" + {len(direct)} input(s) computed by their own kernels (no copy)"
+        if len(folds) == 1 and not direct:
             return folds[0].pointwise(), f"{summary}, index {_describe(folds[0].exprs)}"
-        if len(pieces) <= config.max_pointwise_cat_inputs:
+        if len(inputs) <= config.max_pointwise_cat_inputs:
             raise Reject(f"{summary}: stock lowers up to {config.max_pointwise_cat_inputs} pieces as one pointwise cat "
                          "that fuses into its consumers, which beats a separate kernel")
-        storage, group = _write_as_one_kernel_group(folds, size, stride, dim)
-        return ir.TensorBox(storage), f"{summary} written into one output, one kernel group {list(group)}"
+        storage, group = _write_as_one_kernel_group(folds, size, stride, dim, direct)
+        return ir.TensorBox(storage), (
+            f"{summary} written into one output, one kernel group {list(group)}; "
+            f"{_how_later_pieces_read(V.graph.current_node, bool(direct))}"
+        )
 
 
 @register
@@ -528,7 +592,10 @@ class CatConsumerIntoPieces(LoweringRule):
         consumed = [dataclasses.replace(f, epilogue=_then(f.epilogue, epilogue)) for f in folds]
         storage, _ = _write_as_one_kernel_group(consumed, size, stride, dim)
         op_name = fx_node.target.__name__.split(".")[0]
-        detail = f"{op_name} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output"
+        detail = (
+            f"{op_name} of {fx_cat.name} applied in its {len(folds)} Pointwise, written into one output; "
+            f"{_how_later_pieces_read(fx_node)}"
+        )
         return ir.TensorBox(storage), detail
 
 

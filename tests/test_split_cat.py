@@ -48,7 +48,7 @@ def test_cat_of_kernel_outputs_is_left_to_stock():
     def fn(a, b, w):
         return torch.cat([a @ w, b @ w], dim=1)
 
-    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 16), reason="computed by its own kernel")
+    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 16), reason="computed by their own kernels")
 
 
 def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
@@ -174,7 +174,7 @@ def test_cat_of_reductions_is_left_to_stock():
     def fn(x, y):
         return torch.cat([x.sum(1, keepdim=True), y.amax(1, keepdim=True)], dim=1)
 
-    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), reason="computed by its own kernel")
+    _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), reason="computed by their own kernels")
 
 
 def test_few_pieces_with_different_bodies_keep_stocks_fusable_pointwise_cat():
@@ -266,6 +266,47 @@ def test_chain_of_layers_in_a_bf16_training_step():
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.autograd.grad(torch.compile(lambda x: _layers(x, 4))(x), x, grad)[0]
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+def test_cat_with_an_input_computed_by_its_own_kernel_folds_the_others():
+    """The mm writes straight into its slice of the cat (as stock makes it); the 16 pieces are folded around it."""
+
+    def fn(x, w):
+        pieces = [torch.relu(p) if i % 2 else torch.tanh(p) for i, p in enumerate(x.split(4, dim=1))]
+        return torch.cat([*pieces, x @ w], dim=1)
+
+    x, w = torch.randn(8, 64), torch.randn(64, 8)
+    report = compile_report(fn, (x, w))
+    (decision,) = _decisions(report)
+    assert decision.fired and "+ 1 input(s) computed by their own kernels (no copy)" in decision.detail
+    assert report.launches == ["extern_kernels.mm", "triton_for_fused_0"]
+    assert len(compile_report(fn, (x, w), passes=None).launches) == 17
+    _check_in_interpreter(fn, x, w, fired=True)
+
+
+def _scaled_layers(x, scales):
+    ops = (torch.tanh, torch.sigmoid, torch.relu, torch.sin, torch.cos, torch.neg, torch.atan, torch.abs, torch.erf)
+    for scale in scales.unbind(0):
+        x = torch.cat([op(p) for op, p in zip(ops, x.chunk(9, dim=1))], dim=1) * scale
+    return x
+
+
+def test_gradient_cats_that_are_also_reduced_are_loaded_not_recomputed():
+    """With a learned scale per layer, each gradient cat of the backward is also reduced into the scale's gradient,
+    so it is written anyway: the next layer loads it instead of reading through its folds (which would recompute
+    every later layer's gradient in each earlier one). A kernel per layer in the backward; gradients are eager's."""
+    x = torch.randn(8, 72, requires_grad=True)
+    scales = (0.5 + 0.1 * torch.randn(4, 72)).requires_grad_()
+    report = compile_report(_scaled_layers, (x, scales))
+    launches = {g.name: len(g.launches) for g in report.graphs}
+    assert launches == {"forward": 5, "backward": 7}, launches
+    reduced = [r for r in _decisions(report) if "also read by sum" in r.detail]
+    assert len(reduced) == 3 and all(r.detail.endswith("so written and loaded by later cats") for r in reduced)
+    grad = torch.randn(8, 72)
+    expected = torch.autograd.grad(_scaled_layers(x, scales), (x, scales), grad)
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.autograd.grad(torch.compile(_scaled_layers)(x, scales), (x, scales), grad)
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_returned_inner_cat_is_written_and_results_are_right():
