@@ -59,7 +59,7 @@ class _TracedPiece:
 
 
 def _trace(box: Any, start: sympy.Expr) -> _TracedPiece:
-    from torch._inductor import dependencies
+    from torch._inductor import dependencies, ir
     from torch._inductor.loop_body import LoopBody
     from torch._inductor.virtualized import V
 
@@ -76,7 +76,13 @@ def _trace(box: Any, start: sympy.Expr) -> _TracedPiece:
     except AssertionError as error:  # Inductor's "convert FlexibleLayout to FixedLayout first"
         if "FlexibleLayout" not in str(error):
             raise
-        raise Reject("a piece reads a buffer whose layout Inductor has not decided yet (it decides it later)") from None
+        # a buffer the piece reads has a layout Inductor may still change: fix it as it is now (as a consumer that
+        # needs its strides, e.g. an extern kernel, makes Inductor do), so that the traced index stays right
+        for name in box.get_read_names():
+            buffer = V.graph.try_get_buffer(name)
+            if buffer is not None and isinstance(buffer.get_layout(), ir.FlexibleLayout):
+                buffer.freeze_layout()
+        body = LoopBody(read_through, [loop_vars], var_ranges, loop_vars, [])
     return _TracedPiece(box, start, size, body, loop_vars)
 
 

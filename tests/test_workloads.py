@@ -151,3 +151,31 @@ def test_plot(tmp_path):
     ]
     plot.plot({"meta": {"device": "test"}, "rows": rows}, tmp_path / "out.png")
     assert (tmp_path / "out.png").stat().st_size > 0
+
+
+def test_split_chain_backward_in_bf16_folds_pieces_that_read_buffers_of_undecided_layout():
+    """In the bf16 backward of two layers of the split chain ([256, 256]), some pieces read buffers whose layout
+    Inductor had not fixed yet; the rule fixes them as they are and folds every cat (a rejection before), and the
+    gradients are eager's."""
+    from workloads import SplitActivationChain
+
+    from optimus_ir import enabled
+    from optimus_ir.inspect import compile_report
+    from optimus_ir.interpret import cpu_triton_interpreter
+
+    torch.manual_seed(0)
+    model = SplitActivationChain(256, 2).to(torch.bfloat16)
+    x = torch.randn(256, 256, dtype=torch.bfloat16)
+
+    def loss(x, *scales):
+        return output_loss(torch.func.functional_call(model, dict(zip(names, scales)), (x,)))
+
+    names = [name for name, _ in model.named_parameters()]
+    scales = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    report = compile_report(loss, (x, *scales))
+    decisions = [r for r in report.rewrites if r.rule == "SplitCatToPointwise"]
+    assert len(decisions) == 3 and all(r.fired for r in decisions), [r.detail for r in decisions]
+    expected = torch.autograd.grad(loss(x, *scales), scales)
+    with enabled(), cpu_triton_interpreter():
+        actual = torch.autograd.grad(torch.compile(loss)(x, *scales), scales)
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
