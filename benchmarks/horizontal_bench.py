@@ -22,6 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (  # noqa: E402
     VARIANTS,
+    cold_compile,
     copy_bandwidth_bytes_per_ms,
     cuda_time_ms,
     header,
@@ -126,10 +127,9 @@ def reduce_overhead_rows() -> list[dict]:
         if dtype != torch.float32:
             continue
         for passes in (None, "all"):
-            torch._dynamo.reset()
             row = {"workload": f"{name} reduce-overhead", "variant": "optimus_ir" if passes else "stock"}
             try:
-                with optimus_ir.enabled(passes), recording() as records:
+                with cold_compile(), optimus_ir.enabled(passes), recording() as records:
                     run = torch.compile(fn, mode="reduce-overhead")
                     worst = 0.0
                     for _ in range(5):
@@ -168,8 +168,7 @@ def dynamic_rows() -> list[dict]:
     ]
     rows = []
     for name, fn, make, dynamic in cases:
-        torch._dynamo.reset()
-        with optimus_ir.enabled("all"), recording() as records:
+        with cold_compile(), optimus_ir.enabled("all"), recording() as records:
             run = torch.compile(fn, dynamic=dynamic)
             worst = 0.0
             for rows_count in (64, 96, 128):

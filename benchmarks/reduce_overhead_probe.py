@@ -18,15 +18,14 @@ from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import WORKLOADS  # noqa: E402
-from measure import cuda_time_ms  # noqa: E402
+from measure import cold_compile, cuda_time_ms  # noqa: E402
 
 import optimus_ir  # noqa: E402
 
 
 def probe(name: str, fn, inputs: list[torch.Tensor], passes: str | None) -> None:
-    torch._dynamo.reset()
     counters.clear()
-    with optimus_ir.enabled(passes):
+    with cold_compile(), optimus_ir.enabled(passes):
         run = torch.compile(fn, mode="reduce-overhead")
         for _ in range(5):
             run(*inputs)
