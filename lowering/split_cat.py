@@ -459,6 +459,10 @@ class SplitCatToPointwise(LoweringRule):
     in :data:`PIECE_GROUPS`: the scheduler puts it in one kernel that dispatches per progression at block level,
     so code size grows with the number of distinct bodies, not pieces. With few pieces
     (``config.max_pointwise_cat_inputs``) stock Inductor's pointwise cat, fused into the consumers, is kept instead.
+    An input that is already a buffer of its own kernel (a matmul, a reduction) is made to write straight into its
+    region, as stock does; the other pieces are folded around it. A later cat's pieces read this cat through its
+    folds only when nothing else loads it (:func:`_reader_besides_cats`): otherwise it is written anyway, and
+    recomputing it in every later layer would only repeat work.
     """
 
     name = "SplitCatToPointwise"
