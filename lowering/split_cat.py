@@ -350,8 +350,9 @@ def _reader_besides_cats(fx_cat: Any) -> Any:
     it would only repeat work (in a backward, where each layer's gradient is also reduced into a weight gradient,
     the bodies would grow with the depth of the chain).
     """
-    if any(user.op == "output" for user in fx_cat.users):
-        return next(user for user in fx_cat.users if user.op == "output")
+    returned = [user for user in fx_cat.users if user.op == "output"]
+    if returned:
+        return returned[0]
     seen, todo = set(), list(fx_cat.users)
     while todo:
         node = todo.pop()
@@ -484,12 +485,12 @@ class SplitCatToPointwise(LoweringRule):
         if len(inputs) < 2:
             raise Reject("fewer than two non-empty inputs")
         starts = index_math.piece_starts([x.get_size()[dim] for x in inputs])
-        direct = [(x, start) for x, start in zip(inputs, starts) if _computed_by_own_kernel(x, dtype)]
+        own_kernel = [_computed_by_own_kernel(x, dtype) for x in inputs]
+        direct = [(x, start) for x, start, own in zip(inputs, starts, own_kernel) if own]
         if len(inputs) - len(direct) < 2:
             raise Reject(f"{len(direct)} of {len(inputs)} inputs are computed by their own kernels, which stock "
                          "Inductor makes write straight into the cat output (no copy): nothing to fold")
-        folded = [(x, start) for x, start in zip(inputs, starts) if not any(x is d for d, _ in direct)]
-        pieces = [_trace(to_dtype(x, dtype), start) for x, start in folded]
+        pieces = [_trace(to_dtype(x, dtype), start) for x, start, own in zip(inputs, starts, own_kernel) if not own]
         size = list(inputs[0].get_size())
         size[dim] = sum(x.get_size()[dim] for x in inputs)
         stride = ir.FlexibleLayout.contiguous_strides(size)

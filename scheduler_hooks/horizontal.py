@@ -630,9 +630,10 @@ def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], st
     (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
     ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer.
 
-    Not under cudagraph trees: there a replay allocates nothing, and it rebuilds each returned view of one
-    storage with more host work than a tensor of its own (H200, 128 × tanh: 323 µs of host time per call for
-    stock Inductor, 989 µs with views, ``reduce_overhead_probe.txt`` of 2026-11-30)."""
+    Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
+    time per call than separate tensors (H200, 128 × tanh under ``mode="reduce-overhead"``: 989 µs with views
+    against stock's 323, 468 µs without against stock's 257 in a later run; ``reduce_overhead_probe*.txt`` of
+    2026-11-30)."""
     if not V.graph.is_inference or structures[0].numel_expr is not None or _cudagraph_trees():
         return  # training outputs are saved for the backward: keep them separate tensors; symbolic sizes: not here
     wrapper = V.graph.wrapper_code
