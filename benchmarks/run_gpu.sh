@@ -5,6 +5,8 @@
 # (N-identical-op storms, CUDA graphs, dynamic shapes), host (host time per call), real (real models), suite (the workload suite, benchmarks/suite.py; quick plan unless SUITE_ARGS say otherwise), e.g.
 #   bash benchmarks/run_gpu.sh /root/out suite
 #   bash benchmarks/run_gpu.sh /root/out suite --plan full --only dlrm multitask
+# On a machine of several GPUs the suite runs as one process per GPU (--shard i/N), each writing OUT_DIR/suite_shardI/
+# and OUT_DIR/suite_shardI.log; benchmarks/plot.py takes all their suite.json files at once.
 set -u
 out=${1:?usage: run_gpu.sh OUT_DIR [check,splitcat,horizontal,host,real,suite] [SUITE_ARGS...]}
 parts=,${2:-check,splitcat,horizontal,real,suite},
@@ -22,5 +24,19 @@ status=0
 [[ $parts == *,horizontal,* ]] && { python3 benchmarks/horizontal_bench.py --out "$out" || status=1; }
 [[ $parts == *,host,* ]] && { python3 benchmarks/host_overhead.py --out "$out" || status=1; }
 [[ $parts == *,real,* ]] && { python3 benchmarks/real_models.py --out "$out" || status=1; }
-[[ $parts == *,suite,* ]] && { python3 benchmarks/suite.py --out "$out" "$@" || status=1; }
+if [[ $parts == *,suite,* ]]; then
+  # one suite process per GPU, each on every N-th case and a share of the CPUs (Inductor's compile workers)
+  gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  if ((gpus > 1)); then
+    pids=()
+    for ((i = 0; i < gpus; i++)); do
+      CUDA_VISIBLE_DEVICES=$i TORCHINDUCTOR_COMPILE_THREADS=$(($(nproc) / gpus)) \
+        python3 benchmarks/suite.py --out "$out/suite_shard$i" --shard "$i/$gpus" "$@" >"$out/suite_shard$i.log" 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  else
+    python3 benchmarks/suite.py --out "$out" "$@" || status=1
+  fi
+fi
 exit $status

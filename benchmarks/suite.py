@@ -1,8 +1,10 @@
 """The benchmark suite: the workloads of ``workloads.py``, in inference and in a training step, under every variant
-(eager, stock Inductor, combo kernels, PyTorch's FX "Optimus" passes, optimus_ir), in one process on one GPU.
+(eager, stock Inductor, combo kernels, PyTorch's FX "Optimus" passes, optimus_ir), in one process on one GPU (or in
+several, one per GPU: ``--shard``).
 
     python benchmarks/suite.py --out DIR                         # quick plan (about 8 minutes on an H200)
     python benchmarks/suite.py --out DIR --plan full --only dlrm multitask
+    python benchmarks/suite.py --out DIR --plan full --shard 1/2       # the second of two processes (GPUs)
     python benchmarks/plot.py DIR/suite.json DIR/suite.png       # afterwards, anywhere with matplotlib
 
 A plan is a list of cases (workload, size, dtype, mode). For each case and variant one row: kernels per call
@@ -109,13 +111,15 @@ def build_plan(
     sizes: Sequence[str] | None = None,
     dtypes: Sequence[str] | None = None,
     modes: Sequence[str] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> list[Case]:
     """The cases of ``plan``, in the order they run, restricted to the workloads in ``only`` (all when None).
 
     ``quick``: every workload in inference at the small size in fp32; the DLRM model also in a training step and in
     bf16, the layer-norm storm in a training step and the tanh storm in bf16. The DLRM cases come first, the
     other storm cases last. ``full``: every workload at both sizes, in both dtypes and both modes. ``sizes``,
-    ``dtypes`` and ``modes`` keep only the cases with one of those (a full plan run in parts).
+    ``dtypes`` and ``modes`` keep only the cases with one of those (a full plan run in parts). ``shard=(k, n)``
+    keeps every n-th of the remaining cases from the k-th on (0-based): n processes, one per GPU, run a plan together.
     """
     if plan == "quick":
         cases = [
@@ -143,13 +147,28 @@ def build_plan(
         if unknown:
             raise ValueError(f"unknown workload(s) {unknown}; known: {list(WORKLOADS)}")
         cases = [case for case in cases if case.workload in only]
-    return [
+    cases = [
         case
         for case in cases
         if (sizes is None or case.size in sizes)
         and (dtypes is None or case.dtype in dtypes)
         and (modes is None or case.mode in modes)
     ]
+    if shard is None:
+        return cases
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: the index must be in [0, {count})")
+    return cases[index::count]
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` → ``(K, N)``."""
+    index, _, count = text.partition("/")
+    try:
+        return int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K/N (e.g. 0/2), got {text!r}") from None
 
 
 def prepare(
@@ -280,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="cases of these dtypes only")
     parser.add_argument("--modes", nargs="+", choices=MODES, help="cases of these modes only")
     parser.add_argument("--variants", nargs="+", choices=variant_names, default=variant_names)
+    parser.add_argument("--shard", type=_shard, metavar="K/N", help="every N-th case from the K-th on (0-based)")
     parser.add_argument(
         "--budget-s",
         type=float,
@@ -288,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     budget_s = args.budget_s if args.budget_s is not None else (QUICK_BUDGET_S if args.plan == "quick" else None)
-    cases = build_plan(args.plan, args.only, args.sizes, args.dtypes, args.modes)
+    cases = build_plan(args.plan, args.only, args.sizes, args.dtypes, args.modes, args.shard)
     variants = [v for v in VARIANTS if v.name in args.variants]
     meta = header(" ".join(sys.argv)) | {"plan": args.plan, "variants": [v.name for v in variants]}
     print(f"{len(cases)} cases x {len(variants)} variants, budget {budget_s} s", flush=True)

@@ -81,6 +81,11 @@ def test_full_plan_and_only():
     assert {c.workload for c in only} == {"dlrm", "tanh_storm"} and len(only) == 16
     part = suite.build_plan("full", ["dlrm"], sizes=["large"], dtypes=["bf16"], modes=["training"])
     assert part == [suite.Case("dlrm", "large", "bf16", "training")]
+    shards = [suite.build_plan("full", ["dlrm"], shard=(k, 3)) for k in range(3)]
+    assert sorted(sum(shards, []), key=cases.index) == suite.build_plan("full", ["dlrm"])
+    assert [len(shard) for shard in shards] == [3, 3, 2]
+    with pytest.raises(ValueError, match="must be in"):
+        suite.build_plan("full", shard=(2, 2))
     with pytest.raises(ValueError, match="unknown workload"):
         suite.build_plan("quick", ["nope"])
     with pytest.raises(ValueError, match="unknown plan"):
