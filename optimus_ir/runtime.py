@@ -30,6 +30,7 @@ blocking copies; their recordings capture in thread-local mode, so buffer pairs 
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -141,7 +142,7 @@ class MemberTable:
         if numels is None:
             return self.constant
         padded = [-(-n // self.align) * self.align for n in numels]
-        return self._constant([sum(padded[:i]) for i in range(len(padded))], list(numels))
+        return self._constant([0, *itertools.accumulate(padded[:-1])], list(numels))
 
     def _build(self, constant: list[int], addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
         # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
