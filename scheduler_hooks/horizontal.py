@@ -779,9 +779,38 @@ class MemberTableKernel(TritonKernel):
         for j, symbol in enumerate(self.divisors):
             row = self.pad_to + n * (1 + j)
             code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
+        aligned = self._aligned_args()
         for slot, (arg, dtype) in enumerate(tensor_args):
             row = self.pad_to + n * (1 + len(self.divisors) + slot)
-            code.writeline(f"{arg} = tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))")
+            address = f"tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))"
+            code.writeline(f"{arg} = {f'tl.multiple_of({address}, 16)' if arg in aligned else address}")
+
+    def _aligned_args(self) -> set[str]:
+        """The tensor arguments whose address is 16-byte aligned for every member, by the rule Inductor applies to a
+        stock kernel's pointer arguments (``tt.divisibility``: a buffer it allocated, or a graph input it checks and
+        copies when misaligned) and the member's constant offset. The prologue says so to Triton, which then loads
+        and stores 16 bytes per instruction: an address loaded from the table has no known alignment otherwise
+        (H200, 128 × tanh bf16: 2-byte loads and stores)."""
+        from torch._inductor.codegen.common import TensorArg
+        from torch._inductor.codegen.triton_utils import is_unaligned_buffer
+
+        if not config.triton.divisible_by_16:
+            return set()
+        argdefs, call_args, _, _ = self.args.python_argdefs()
+        rep = self.structures[0]
+        aligned = set()
+        for argdef, outer in zip(argdefs, call_args):
+            if outer not in rep.slots:
+                continue
+            slot = rep.slots.index(outer)
+            itemsize = V.graph.get_dtype(outer).itemsize
+            if all(
+                (s.offsets[slot] - rep.offsets[slot]) * itemsize % 16 == 0
+                and not is_unaligned_buffer(TensorArg(argdef.name, s.slots[slot], V.graph.get_dtype(s.slots[slot])))
+                for s in self.structures
+            ):
+                aligned.add(argdef.name)
+        return aligned
 
     def _tensor_args(self) -> list[tuple[str, str]]:
         signature = self.triton_meta["signature"]
