@@ -5,7 +5,8 @@ optimus_ir in one run, plus correctness under CUDA graphs (``mode="reduce-overhe
 
 For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
 CUDA-graph replay, compile time (first call), max relative error against eager, and the memory floor (bytes in +
-out over the device-to-device copy bandwidth measured in the same run).
+out over the device-to-device copy bandwidth of a 2 GiB copy measured in the same run), and the replay time of one
+copy of the workload's bytes (what one kernel moving them takes at that size).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from measure import (  # noqa: E402
     max_rel_error,
     measure_inference,
     measure_training_step,
+    same_bytes_copy_replay_ms,
     write_results,
 )
 
@@ -98,9 +100,10 @@ def inference_rows(bandwidth: float) -> list[dict]:
         inputs = make(dtype, False)
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
+        copy_ms = same_bytes_copy_replay_ms(_bytes(inputs) + _bytes(expected))
         workload = f"{name} {str(dtype).removeprefix('torch.')}"
         for variant in VARIANTS:
-            rows.append(measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms))
+            rows.append(measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms, copy_ms))
             print(rows[-1], flush=True)
     return rows
 

@@ -199,6 +199,15 @@ def copy_bandwidth_bytes_per_ms() -> float:
     return 2 * src.numel() * src.element_size() / ms
 
 
+def same_bytes_copy_replay_ms(nbytes: int) -> float | None:
+    """GPU milliseconds, under CUDA-graph replay, of one device-to-device copy that reads and writes ``nbytes`` in
+    all: what one kernel moving a workload's bytes takes at that size (launch and ramp-up included, which a 2 GiB
+    copy's bandwidth leaves out)."""
+    src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return graph_replay_ms(lambda: dst.copy_(src))
+
+
 def max_rel_error(actual: Any, expected: Any) -> float:
     actual, expected = _tensors(actual), _tensors(expected)
     worst = 0.0
@@ -260,10 +269,17 @@ def timed_first_call(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def measure_inference(
-    workload: str, variant: Variant, fn: Callable[..., Any], inputs: tuple[Any, ...], expected: Any, floor_ms: float
+    workload: str,
+    variant: Variant,
+    fn: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    expected: Any,
+    floor_ms: float,
+    copy_ms: float | None = None,
 ) -> dict[str, Any]:
     """One row: ``fn(*inputs)`` under ``variant``, compiled fresh: kernels and time per call, GPU time under graph
-    replay against the memory floor, compile time, error against ``expected``, optimus_ir rules fired."""
+    replay against the memory floor (and against ``copy_ms``, a copy of the same bytes, where given), compile time,
+    error against ``expected``, optimus_ir rules fired."""
     from optimus_ir.registry import recording
 
     torch._dynamo.reset()
@@ -280,6 +296,7 @@ def measure_inference(
         "graph replay ms": replay,
         "floor ms": floor_ms,
         "replay / floor": replay / floor_ms if replay else None,
+        **({"copy ms": copy_ms, "replay / copy": replay / copy_ms if replay else None} if copy_ms else {}),
         "first call s": compile_s,
         "max rel err": max_rel_error(actual, expected),
         "rules fired": sum(r.fired for r in records),

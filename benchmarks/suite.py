@@ -14,7 +14,7 @@ outputs; training: the loss and every parameter's update of one step from the sa
 all finite, the graphs Dynamo compiled, and the rewrites made by the FX Optimus passes and by optimus_ir.
 
 A failing variant leaves its error in its row; the run goes on. DIR/suite.json and DIR/suite.md are rewritten after
-every case, so a run that is cut short still leaves its data; ``--budget-s`` skips the cases (and variants) that
+every row, so a run that is cut short still leaves its data; ``--budget-s`` skips the cases (and variants) that
 would start past that many seconds, so the run ends by itself.
 """
 
@@ -244,7 +244,7 @@ def _metrics(case: Case, variant: Variant, reference: list[torch.Tensor]) -> dic
 
 
 def run(cases: list[Case], variants: list[Variant], out: Path, meta: dict[str, Any], budget_s: float | None) -> None:
-    """Measure every case under every variant, rewriting ``out``/suite.{json,md} after each case. Past ``budget_s``
+    """Measure every case under every variant, rewriting ``out``/suite.{json,md} after each row. Past ``budget_s``
     seconds, the cases and variants not started yet are skipped (listed in the results' ``skipped``)."""
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -271,10 +271,10 @@ def run(cases: list[Case], variants: list[Variant], out: Path, meta: dict[str, A
             rows.append(measure(case, variant, reference))
             elapsed = time.perf_counter() - start
             print(f"[{elapsed:6.0f} s] {case.label} {variant.name}: {_summary(rows[-1])}", flush=True)
+            write_results(out, "suite", meta | {"skipped": skipped}, rows, COLUMNS, echo=False)
         del reference
         gc.collect()
         torch.cuda.empty_cache()
-        write_results(out, "suite", meta | {"skipped": skipped}, rows, COLUMNS, echo=False)
     write_results(out, "suite", meta | {"skipped": skipped}, rows, COLUMNS)
 
 
