@@ -1,6 +1,7 @@
 """Every golden case: its kernels for the virtual sm_90 target against golden/<case>.txt, its launch counts, and
 its numerics against eager through Triton's interpreter on CPU (the same rewrites, executed)."""
 
+import re
 from unittest import mock
 
 import pytest
@@ -32,6 +33,10 @@ def test_golden_kernels(case):
         assert peak_bytes(graph.wrapper) <= peak_bytes(stock_graph.wrapper), graph.name
 
 
+def _without_alignment_hints(source):
+    return re.sub(r"tl\.multiple_of\((.*), 16\)$", r"\1", source, flags=re.M)
+
+
 def _clone_inputs(inputs):
     return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
 
@@ -47,12 +52,13 @@ def test_numerics_in_interpreter(case):
         actual = torch.compile(case.fn, fullgraph=True)(*inputs)
         backward_with_same_grads(actual, expected)
     assert {r.rule for r in records if r.fired} >= set(case.fired)
-    # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ)
-    golden = (GOLDEN_DIR / f"{case.name}.txt").read_text()
+    # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ, and the
+    # alignment a member-table kernel declares for graph inputs, which Inductor assumes aligned on GPUs only)
+    golden = _without_alignment_hints((GOLDEN_DIR / f"{case.name}.txt").read_text())
     executed = [kernel for code in codes for kernel in parse_wrapper(normalize(code)).kernels]
     assert sum(len(parse_wrapper(code).launches) for code in codes) == case.launches
     for kernel in executed:
-        body = kernel.source[kernel.source.index("@triton.jit"):].strip()
+        body = _without_alignment_hints(kernel.source[kernel.source.index("@triton.jit"):].strip())
         assert body in golden, f"{kernel.name} run in the interpreter is not a golden kernel:\n{body}"
     torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
     for x, x_eager in zip(inputs, eager_inputs):
