@@ -196,7 +196,7 @@ def structure_of(node: Any) -> Structure | str:
                 expr = flat_indices[-1][name] = index_math.abstract_divisors(expr, divisors)
             buffers = addressed.get(name)
             rest, constant = index_math.split_constant(expr) if buffers else (expr, 0)
-            exprs[name] = (str(rest), constant)
+            exprs[name] = (rest, constant)  # compared structurally (sympy); str() of every index cost more
             for buffer in buffers or ():
                 constants.setdefault(buffer, []).append(constant)
         # an in-place update (optimizer steps, scatters) stores into the buffer it mutates: that buffer gets a slot
