@@ -111,9 +111,11 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
             return value
 
         acc = torch.float32 if weight.get_dtype().is_floating_point else weight.get_dtype()
+        # a sum is stored in the table's dtype straight from the fp32 accumulator, as ATen does: one rounding, and a
+        # bf16 model's pooled buffers take half the memory (which the horizontal pass's peak-memory check counts)
         pooled = ir.Reduction.create(
             device=weight.get_device(),
-            dst_dtype=acc,
+            dst_dtype=weight.get_dtype() if mode == _SUM else acc,
             src_dtype=acc,
             inner_fn=inner_fn,
             ranges=[bags, dim],
@@ -122,8 +124,11 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
         )
         pooled.realize()  # a buffer, as ATen's output was: consumers that need one (var_mean) get one
         kind = "mean" if mode == _MEAN else "sum"
-        detail = f"{bags} bags of {bag} rows of a {rows}x{dim} table → a {kind} reduction"
-        if mode == _SUM and acc == weight.get_dtype():
+        detail = (
+            f"{bags} bags of {bag} rows of a {rows}x{dim} table → a {kind} reduction (accumulated in {acc}, "
+            f"stored as {pooled.get_dtype()})"
+        )
+        if mode == _SUM:
             return (pooled, None, None, None), detail
         loader = pooled.make_loader()
         scale = 1.0 / bag if mode == _MEAN else None

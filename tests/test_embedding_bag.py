@@ -49,6 +49,16 @@ def test_tables_and_their_norms_become_one_kernel(mode, dtype):
     torch.testing.assert_close(actual, model(ids), **tolerance)
 
 
+def test_low_precision_sums_are_stored_once_rounded_from_the_fp32_accumulator():
+    # as ATen: accumulate in fp32, store bf16; no fp32 buffer in between (twice the memory, a second kernel's load)
+    table = nn.EmbeddingBag(50, 16, mode="sum").to(torch.bfloat16).requires_grad_(False)
+    ids = torch.randint(0, 50, (8, 3))
+    actual, records = _interpreted(table, ids)
+    assert [r.fired for r in records] == [True]
+    assert "(accumulated in torch.float32, stored as torch.bfloat16)" in records[0].detail
+    torch.testing.assert_close(actual, table(ids), atol=0, rtol=2**-7)  # one bf16 ulp: the order of the sum
+
+
 def test_fires_under_no_grad_on_trainable_tables():
     # an eval()-mode model whose tables still require grad, called under no_grad (what serving code does): ATen's
     # embedding_bag then calls _embedding_bag, not _embedding_bag_forward_only; only its first output is read
