@@ -1,0 +1,62 @@
+"""First-call (cold compile) seconds of real models, stock Inductor and optimus_ir alternating (S O O S S O O S), to
+tell a real compile-time cost from the spread of single cold compiles on one machine.
+
+    python benchmarks/first_call_repeats.py --out DIR llama convnext_tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import VARIANTS, cold_compile, header, variant_context, write_results  # noqa: E402
+from real_models import _models  # noqa: E402
+
+from optimus_ir.registry import recording  # noqa: E402
+
+ORDER = "SOOSSOOS"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("models", nargs="+")
+    args = parser.parse_args()
+    variants = {v.name: v for v in VARIANTS}
+    models = {name: (build, make_inputs) for name, build, make_inputs in _models()}
+    rows = []
+    for name in args.models:
+        build, make_inputs = models[name]
+        torch.manual_seed(0)
+        module = build().eval().cuda()
+        inputs = tuple(t.cuda() for t in make_inputs())
+        seconds: dict[str, list[float]] = {"stock": [], "optimus_ir": []}
+        with torch.no_grad():
+            module(*inputs)
+            for letter in ORDER:
+                variant = variants["stock" if letter == "S" else "optimus_ir"]
+                with cold_compile(), variant_context(variant), recording() as records:
+                    compiled = torch.compile(module)
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    compiled(*inputs)
+                    torch.cuda.synchronize()
+                    seconds[variant.name].append(time.perf_counter() - start)
+                print(name, variant.name, f"{seconds[variant.name][-1]:.2f} s",
+                      f"fired {sum(r.fired for r in records)}", flush=True)
+        for variant_name, values in seconds.items():
+            rows.append({
+                "model": name, "variant": variant_name, "first call s, each": " ".join(f"{v:.2f}" for v in values),
+                "median s": statistics.median(values), "min s": min(values), "max s": max(values),
+            })
+    write_results(args.out, "first_call_repeats", header(" ".join(sys.argv)), rows, list(rows[0]))
+
+
+if __name__ == "__main__":
+    main()
