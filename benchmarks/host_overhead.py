@@ -90,8 +90,11 @@ def main() -> None:
                 inside_us = inductor_call_us_per_call(call)
                 if args.profile and variant.name == "optimus_ir":
                     cProfile.runctx("host_us_per_call(call, 100)", globals(), {"call": call}, sort="tottime")
-            rows.append({"workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
-                         "in Inductor's call us": round(inside_us, 1), "tables built/call": round(len(builds) / (WARMUP + CALLS), 3)})
+            rows.append({
+                "workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
+                "in Inductor's call us": round(inside_us, 1),
+                "tables built/call": round(len(builds) / (WARMUP + CALLS), 3),
+            })
             print(rows[-1], flush=True)
     write_results(args.out, "host_overhead", header(" ".join(sys.argv)), rows, list(rows[0]))
 

@@ -25,10 +25,11 @@ from typing import Any
 
 import sympy
 from torch._inductor import config, ir, memory
-from torch._inductor.codegen.common import IndentedBuffer
+from torch._inductor.codegen.common import IndentedBuffer, TensorArg
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
+from torch._inductor.codegen.triton_utils import is_unaligned_buffer
 from torch._inductor.dependencies import StarDep
 from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.utils import is_nonfreeable_buffers
@@ -791,9 +792,6 @@ class MemberTableKernel(TritonKernel):
         copies when misaligned) and the member's constant offset. The prologue says so to Triton, which then loads
         and stores 16 bytes per instruction: an address loaded from the table has no known alignment otherwise
         (H200, 128 × tanh bf16: 2-byte loads and stores)."""
-        from torch._inductor.codegen.common import TensorArg
-        from torch._inductor.codegen.triton_utils import is_unaligned_buffer
-
         if not config.triton.divisible_by_16:
             return set()
         argdefs, call_args, _, _ = self.args.python_argdefs()
