@@ -1,0 +1,58 @@
+"""Host cost of the per-call steps of a merged 128 × tanh kernel's wrapper, each timed alone on CPU tensors (no GPU
+needed; the steps are host work either way): Inductor's own per-input asserts and alignment checks (stock pays
+them too), the output allocation split into 128 views, and the member table's lookup by addresses.
+
+    python benchmarks/host_parts.py --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import timeit
+from pathlib import Path
+
+import torch
+from torch._C._dynamo.guards import assert_size_stride
+from torch._inductor.utils import copy_misaligned_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import header, write_results  # noqa: E402
+
+from optimus_ir.runtime import MemberTable  # noqa: E402
+
+MEMBERS, ROWS, WIDTH = 128, 256, 512
+
+
+def _us(fn, number: int = 500) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    inputs = [torch.empty(ROWS, WIDTH) for _ in range(MEMBERS)]
+    whole = torch.empty(MEMBERS, ROWS, WIDTH)
+    outputs = whole.unbind(0)
+    numel = ROWS * WIDTH
+    table = MemberTable(list(range(0, MEMBERS * numel, numel)), [numel] * MEMBERS, MEMBERS)
+    table(*inputs, *outputs)
+    steps = {
+        "Inductor: 128 assert_size_stride (stock too)": lambda: [
+            assert_size_stride(x, (ROWS, WIDTH), (WIDTH, 1)) for x in inputs
+        ],
+        "Inductor: alignment check of 128 inputs (stock too)": lambda: copy_misaligned_inputs(
+            list(inputs), list(range(MEMBERS))
+        ),
+        "optimus_ir: one output split into 128 views (unbind)": lambda: whole.unbind(0),
+        "optimus_ir: member table lookup by 256 addresses": lambda: table(*inputs, *outputs),
+    }
+    rows = [{"step": name, "us per call": round(_us(fn), 1)} for name, fn in steps.items()]
+    meta = header(" ".join(sys.argv)) | {"cpu": platform.processor() or platform.machine()}
+    write_results(args.out, "host_parts_cpu", meta, rows, ["step", "us per call"])
+
+
+if __name__ == "__main__":
+    main()
