@@ -15,7 +15,6 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (  # noqa: E402
@@ -29,28 +28,17 @@ from measure import (  # noqa: E402
     write_results,
 )
 
+from horizontal_bench import _layer_norm_inputs, _tensors, layer_norm_each, tanh_each  # noqa: E402
+
 from optimus_ir.registry import recording  # noqa: E402
 from optimus_ir.scheduler_hooks.horizontal import MemberTableKernel  # noqa: E402
-
-
-def tanh_each(*xs):
-    return [torch.tanh(x) for x in xs]
-
-
-def layer_norm_each(*args):
-    n = len(args) // 3
-    return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(args[:n], args[n : 2 * n], args[2 * n :])]
 
 
 def _storms():
     for rows in (256, 2048):
         for dtype in (torch.float32, torch.bfloat16):
-            xs = [torch.randn(rows, 512, dtype=dtype, device="cuda") for _ in range(128)]
-            yield f"128x tanh [{rows}x512] {str(dtype)[6:]}", tanh_each, xs
-        n = 64
-        xs = [torch.randn(rows, 512, device="cuda") for _ in range(n)]
-        params = [torch.randn(512, device="cuda") for _ in range(2 * n)]
-        yield f"64x layer_norm [{rows}x512] float32", layer_norm_each, xs + params
+            yield f"128x tanh [{rows}x512] {str(dtype)[6:]}", tanh_each, _tensors([(rows, 512)] * 128, dtype)
+        yield f"64x layer_norm [{rows}x512] float32", layer_norm_each, _layer_norm_inputs(64, rows, 512, torch.float32)
 
 
 def main() -> None:

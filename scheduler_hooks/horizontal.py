@@ -795,20 +795,24 @@ class MemberTableKernel(TritonKernel):
         if not config.triton.divisible_by_16:
             return set()
         argdefs, call_args, _, _ = self.args.python_argdefs()
-        rep = self.structures[0]
         aligned = set()
         for argdef, outer in zip(argdefs, call_args):
-            if outer not in rep.slots:
+            if outer not in self.structures[0].slots:
                 continue
-            slot = rep.slots.index(outer)
-            itemsize = V.graph.get_dtype(outer).itemsize
             if all(
-                (s.offsets[slot] - rep.offsets[slot]) * itemsize % 16 == 0
-                and not is_unaligned_buffer(TensorArg(argdef.name, s.slots[slot], V.graph.get_dtype(s.slots[slot])))
-                for s in self.structures
+                offset % 16 == 0 and not is_unaligned_buffer(TensorArg(argdef.name, name, V.graph.get_dtype(name)))
+                for name, offset in self._members_of_slot(outer)
             ):
                 aligned.add(argdef.name)
         return aligned
+
+    def _members_of_slot(self, outer: str) -> list[tuple[str, int]]:
+        """For the representative's buffer ``outer``: each member's buffer in that slot, and the bytes its address
+        adds to the representative's offset (which the shared body adds)."""
+        rep = self.structures[0]
+        slot = rep.slots.index(outer)
+        itemsize = V.graph.get_dtype(outer).itemsize
+        return [(s.slots[slot], (s.offsets[slot] - rep.offsets[slot]) * itemsize) for s in self.structures]
 
     def _tensor_args(self) -> list[tuple[str, str]]:
         signature = self.triton_meta["signature"]
@@ -825,14 +829,12 @@ class MemberTableKernel(TritonKernel):
         argdefs = [a.name for a in argdefs]
         tensor_args = {arg for arg, _ in self._tensor_args()}
         table = f"{name}_members_{self.call_site}"
-        rep = self.structures[0]
         by_slot, byte_offsets = [], []
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
-                slot = rep.slots.index(outer)
-                itemsize = V.graph.get_dtype(outer).itemsize
-                by_slot.extend(s.slots[slot] for s in self.structures)
-                byte_offsets.extend((s.offsets[slot] - rep.offsets[slot]) * itemsize for s in self.structures)
+                members = self._members_of_slot(outer)
+                by_slot.extend(name for name, _ in members)
+                byte_offsets.extend(offset for _, offset in members)
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
         call_options, total = "", str(self.total)
