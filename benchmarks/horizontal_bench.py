@@ -5,8 +5,10 @@ optimus_ir in one run, plus correctness under CUDA graphs (``mode="reduce-overhe
 
 For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
 CUDA-graph replay, compile time (first call), max relative error against eager, and the memory floor (bytes in +
-out over the device-to-device copy bandwidth of a 2 GiB copy measured in the same run), and the replay time of one
-copy of the workload's bytes (what one kernel moving them takes at that size).
+out over the device-to-device copy bandwidth of a 2 GiB copy measured in the same run), the replay time of one
+copy of the workload's bytes (what one kernel moving them takes at that size), and the replay time of stock
+Inductor's kernel for the same op on ONE tensor holding every member's rows (what a merge can at best reach: the
+op at this size with nothing left to merge).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from measure import (  # noqa: E402
     max_rel_error,
     measure_inference,
     measure_training_step,
+    graph_replay_ms,
     same_bytes_copy_replay_ms,
     write_results,
 )
@@ -94,6 +97,25 @@ def _bytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _as_one_tensor(fn: Callable, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``fn``'s arguments for one member holding every member's rows (the layer norms: the first one's weight and
+    bias)."""
+    if fn is layer_norm_each:
+        n = len(inputs) // 3
+        return torch.cat(inputs[:n]), inputs[n], inputs[2 * n]
+    return (torch.cat(inputs),)
+
+
+def one_tensor_replay_ms(fn: Callable, inputs: list[torch.Tensor]) -> float | None:
+    """GPU ms under CUDA-graph replay of stock Inductor's kernel for ``fn`` on one tensor of all members' rows."""
+    args = _as_one_tensor(fn, inputs)
+    torch._dynamo.reset()
+    with optimus_ir.enabled(None):
+        run = torch.compile(fn)
+        run(*args)
+        return graph_replay_ms(lambda: run(*args))
+
+
 def inference_rows(bandwidth: float) -> list[dict]:
     rows = []
     for name, fn, make, dtype in WORKLOADS:
@@ -101,9 +123,14 @@ def inference_rows(bandwidth: float) -> list[dict]:
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
         copy_ms = same_bytes_copy_replay_ms(_bytes(inputs) + _bytes(expected))
+        one_tensor_ms = one_tensor_replay_ms(fn, inputs)
         workload = f"{name} {str(dtype).removeprefix('torch.')}"
         for variant in VARIANTS:
-            rows.append(measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms, copy_ms))
+            row = measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms, copy_ms)
+            replay = row["graph replay ms"]
+            row["one tensor (stock) ms"] = one_tensor_ms
+            row["replay / one tensor"] = replay / one_tensor_ms if replay and one_tensor_ms else None
+            rows.append(row)
             print(rows[-1], flush=True)
     return rows
 

@@ -162,6 +162,18 @@ def build_plan(
     return cases[index::count]
 
 
+def _case(text: str) -> Case:
+    """``"workload/size/dtype/mode"`` → that case."""
+    parts = text.split("/")
+    if len(parts) != 4:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected workload/size/dtype/mode")
+    workload, size, dtype, mode = parts
+    for value, known in ((workload, WORKLOADS), (size, ("small", "large")), (dtype, DTYPES), (mode, MODES)):
+        if value not in known:
+            raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not one of {list(known)}")
+    return Case(workload, size, dtype, mode)
+
+
 def _shard(text: str) -> tuple[int, int]:
     """``"K/N"`` → ``(K, N)``."""
     index, _, count = text.partition("/")
@@ -299,6 +311,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="cases of these dtypes only")
     parser.add_argument("--modes", nargs="+", choices=MODES, help="cases of these modes only")
     parser.add_argument("--variants", nargs="+", choices=variant_names, default=variant_names)
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        type=_case,
+        metavar="W/S/D/M",
+        help="exactly these cases (workload/size/dtype/mode), in this order, instead of a plan (--shard applies)",
+    )
     parser.add_argument("--shard", type=_shard, metavar="K/N", help="every N-th case from the K-th on (0-based)")
     parser.add_argument(
         "--budget-s",
@@ -308,9 +327,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     budget_s = args.budget_s if args.budget_s is not None else (QUICK_BUDGET_S if args.plan == "quick" else None)
-    cases = build_plan(args.plan, args.only, args.sizes, args.dtypes, args.modes, args.shard)
+    if args.cases:
+        index, count = args.shard or (0, 1)
+        cases = args.cases[index::count]
+    else:
+        cases = build_plan(args.plan, args.only, args.sizes, args.dtypes, args.modes, args.shard)
     variants = [v for v in VARIANTS if v.name in args.variants]
-    meta = header(" ".join(sys.argv)) | {"plan": args.plan, "variants": [v.name for v in variants]}
+    meta = header(" ".join(sys.argv)) | {"plan": "cases" if args.cases else args.plan, "variants": [v.name for v in variants]}
     print(f"{len(cases)} cases x {len(variants)} variants, budget {budget_s} s", flush=True)
     run(cases, variants, args.out, meta, budget_s)
 

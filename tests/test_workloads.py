@@ -1,5 +1,6 @@
 """The benchmark suite's workloads and the parts of its runner that need no GPU, on the CPU, at the tiny size."""
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -90,6 +91,13 @@ def test_full_plan_and_only():
         suite.build_plan("quick", ["nope"])
     with pytest.raises(ValueError, match="unknown plan"):
         suite.build_plan("slow")
+
+
+def test_cases_named_on_the_command_line():
+    assert suite._case("dlrm/large/bf16/training") == suite.Case("dlrm", "large", "bf16", "training")
+    for wrong in ("dlrm/large/bf16", "dlrm/huge/bf16/training", "nope/small/fp32/inference"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            suite._case(wrong)
 
 
 def test_fx_optimus_options_exist_in_torch():
