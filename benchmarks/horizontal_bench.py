@@ -116,9 +116,11 @@ def one_tensor_replay_ms(fn: Callable, inputs: list[torch.Tensor]) -> float | No
         return graph_replay_ms(lambda: run(*args))
 
 
-def inference_rows(bandwidth: float) -> list[dict]:
+def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict]:
     rows = []
     for name, fn, make, dtype in WORKLOADS:
+        if only and not any(part in name for part in only):
+            continue
         inputs = make(dtype, False)
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
@@ -216,11 +218,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--parts", default="inference,training,graphs", help="comma list of the parts to run")
+    parser.add_argument("--only", nargs="+", help="inference: the workloads whose name contains one of these")
     args = parser.parse_args()
     bandwidth = copy_bandwidth_bytes_per_ms()
     meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
     if "inference" in args.parts:
-        inference = inference_rows(bandwidth)
+        inference = inference_rows(bandwidth, args.only)
         write_results(args.out, "horizontal", meta, inference, list(inference[0]))
     if "training" in args.parts:
         training = training_rows()

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import sympy
+import torch
 from torch._inductor import config, ir, memory
 from torch._inductor.codegen.common import IndentedBuffer, TensorArg
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
@@ -31,6 +32,7 @@ from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.codegen.triton_utils import is_unaligned_buffer
 from torch._inductor.dependencies import StarDep
+from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
 from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
@@ -49,9 +51,13 @@ log = logging.getLogger("optimus_ir")
 _MAX_XBLOCK = 4096
 #: More members than this are split into several groups (the kernel loads one table row per member per block).
 MAX_MEMBERS = 1024
-#: The largest block of rows Inductor's reduction heuristics pick (``xblock_vals`` of persistent reductions, at most
-#: 256): members of a row-reduction group start at multiples of the next power of two of their row count, capped here.
+#: The largest block of rows Inductor's reduction heuristics pick for rows of at least ``_MIN_RNUMEL_FOR_TOTAL_HINT``
+#: elements on CUDA (``outer_config_opt``'s 256; persistent reductions' ``xblock_vals`` and ``4096 // rnumel``):
+#: members of a row-reduction group start at multiples of the next power of two of their row count, capped here.
 _MAX_REDUCTION_XBLOCK = 256
+#: Below this row width a reduction config may take more rows per block than ``_MAX_REDUCTION_XBLOCK`` (a tiny
+#: config's ``2 * (256 // rnumel)``, a persistent one's ``4096 // rnumel``), so such groups keep a member's size hint.
+_MIN_RNUMEL_FOR_TOTAL_HINT = 16
 #: Cost model of padding: members start at block boundaries, so a group launches some blocks that find no work and
 #: exit (~1-2 ns of scheduling each on an H200; a launch costs ~4 us). A group is split by size only where its
 #: padded work is more than ``MAX_PADDING`` times its real work AND the empty blocks exceed ``MAX_EMPTY_BLOCKS``
@@ -723,11 +729,27 @@ class MemberTableKernel(TritonKernel):
         self.starts = [sum(padded[:i]) for i in range(len(padded))]
         self.total = sum(padded)
         self.uniform = len(set(numels)) == 1 and not self.symbolic
-        # the heuristics pick blocks no larger than the size hint: at most align, or any size for large pointwise
-        large_pointwise = not reduction and self.align == _MAX_XBLOCK
-        self.size_hint_x = 1 << (self.total - 1).bit_length() if large_pointwise else self.align
         self.pad_to = 1 << (len(numels) - 1).bit_length()
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
+        self.size_hint_x = self._size_hint_x(reduction)
+
+    def _size_hint_x(self, reduction: bool) -> int:
+        """The kernel's size hint along x, from which Inductor's heuristics pick its configs: the members' blocks
+        end to end (what the launch covers, as for one tensor of all their rows) where no block the heuristics or
+        the autotuner can pick is larger than ``align`` (pointwise members padded to the largest block; row
+        reductions padded to ``_MAX_REDUCTION_XBLOCK`` rows of at least ``_MIN_RNUMEL_FOR_TOTAL_HINT`` elements).
+        Elsewhere ``align``, which bounds every block the heuristics pick (they never exceed the hint).
+
+        Row reductions of 64 × [256, 512]: a hint of 256 rows gives Inductor's one-row, four-warp config (for
+        "few" rows); the total, 16384, its two-row, one-warp one, as for one tensor of all rows: H200, 36 → 24 us.
+        """
+        total = 1 << (self.total - 1).bit_length()
+        if not reduction:
+            return total if self.align == _MAX_XBLOCK else self.align
+        rnumel = math.prod(int(n) if isinstance(n, (int, sympy.Integer)) else 0
+                           for prefix, n in self.numels.items() if prefix != "x")
+        wide_rows = self.align == _MAX_REDUCTION_XBLOCK and rnumel >= _MIN_RNUMEL_FOR_TOTAL_HINT
+        return total if wide_rows and torch.version.hip is None else self.align
 
     def _has_constant_mask(self, tree: Any) -> bool:
         if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
@@ -749,6 +771,8 @@ class MemberTableKernel(TritonKernel):
              "coordinate_descent_tuning": False}
             if any(s.updates_in_place for s in self.structures) else {}
         )
+        if min(self.size_hint_x, TRITON_MAX_BLOCK["X"]) > self.align:  # coordinate descent grows blocks up to that
+            one_config["coordinate_descent_tuning"] = False
         try:
             with config.patch(one_config):
                 return super().codegen_kernel(name)

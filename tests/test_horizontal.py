@@ -391,6 +391,30 @@ def test_row_reductions_of_any_row_counts(rows):
     torch.testing.assert_close(actual, expected)
 
 
+def _size_hint_x(report):
+    return int(re.search(r"size_hints=\{'x': (\d+)", report.kernels[0].source).group(1))
+
+
+def test_row_reductions_of_wide_rows_take_the_configs_of_all_their_rows():
+    """Members padded to 256 rows of at least 16 elements: the size hint is their rows end to end, so Inductor's
+    heuristics pick the configs of one tensor of all the rows (and coordinate descent, which would grow a block up
+    to the hint and across members, is off); otherwise one member's (padded) row count."""
+
+    def fn(*xs):
+        return [x.sum(dim=1) for x in xs]
+
+    wide = [torch.randn(256 + 32 * i, 512) for i in range(4)]  # padded to 256, 512, 512, 512 rows
+    with torch._inductor.config.patch(coordinate_descent_tuning=True):
+        report = compile_report(fn, tuple(wide))
+    assert _size_hint_x(report) == 2048
+    assert "'coordinate_descent_tuning': True" not in report.kernels[0].source
+    assert _size_hint_x(compile_report(fn, tuple(torch.randn(r, 8) for r in (256, 300)))) == 256
+    assert _size_hint_x(compile_report(fn, tuple(torch.randn(48, 512) for _ in range(4)))) == 64
+    actual, expected, records = _run_in_interpreter(fn, wide)
+    assert sum(r.fired for r in records) == 1
+    torch.testing.assert_close(actual, expected)
+
+
 def test_cuda_graph_compiles_make_their_tables_outside_the_graph_pools():
     def fn(*xs):
         return [torch.tanh(x) for x in xs]

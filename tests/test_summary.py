@@ -1,0 +1,45 @@
+"""benchmarks/summary.py: which run each case comes from, and what it reports against optimus_ir."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import summary  # noqa: E402
+
+
+def _row(variant, ms, peak=4.0, err=1e-7, **case):
+    fields = dict(workload="dlrm", size="small", dtype="fp32", mode="inference") | case
+    return fields | {"variant": variant, "kernels/call": 10, "ms/call": ms, "replay ms": ms / 2, "peak MiB": peak,
+                     "max rel err": err, "first call s": 1.0}
+
+
+def _run(tmp_path, name, rows):
+    path = tmp_path / name / "suite.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": {}, "rows": rows}))
+    return path
+
+
+def test_each_case_comes_from_the_last_run_that_measured_it(tmp_path):
+    old = _run(tmp_path, "old", [_row("stock", 2.0), _row("optimus_ir", 1.0), _row("stock", 2.0, mode="training"),
+                                 _row("optimus_ir", 1.0, mode="training")])
+    new = _run(tmp_path, "new", [_row("stock", 3.0), _row("optimus_ir", 1.5),
+                                 _row("stock", 3.0, mode="training"), {**_row("optimus_ir", 1.0, mode="training"),
+                                                                       "error": "RuntimeError"}])
+    cases = summary.latest_cases([old, new])
+    assert cases[("dlrm", "small", "fp32", "inference")][0] == new
+    assert cases[("dlrm", "small", "fp32", "training")][0] == old  # the new run's optimus_ir row failed
+
+
+def test_findings_report_slowdowns_memory_and_errors_beyond_noise_and_tolerance():
+    case = ("dlrm", "small", "bf16", "inference")
+    same = {"stock": _row("stock", 1.0), "optimus_ir": _row("optimus_ir", 1.04)}
+    assert summary.findings(case, same) == []
+    worse = {"stock": _row("stock", 1.0, err=1e-3), "optimus_ir": _row("optimus_ir", 1.2, peak=8.0, err=2e-2)}
+    notes = summary.findings(case, worse)
+    assert len(notes) == 4 and "per call" in notes[0] and "replay" in notes[1] and "peak" in notes[2]
+    within_bf16_tolerance = {"stock": _row("stock", 1.0, err=1e-6), "optimus_ir": _row("optimus_ir", 1.0, err=3e-3)}
+    assert summary.findings(case, within_bf16_tolerance) == []
+    assert summary.findings(("dlrm", "small", "fp32", "inference"), within_bf16_tolerance)
