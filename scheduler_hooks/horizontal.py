@@ -34,7 +34,7 @@ from torch._inductor.codegen.triton_utils import is_unaligned_buffer
 from torch._inductor.dependencies import StarDep
 from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
 from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
-from torch._inductor.utils import is_nonfreeable_buffers
+from torch._inductor.utils import is_nonfreeable_buffers, sympy_product
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 from torch.utils._sympy.functions import FloorDiv
@@ -434,9 +434,12 @@ def _peak_memory(nodes: list[Any]) -> int:
     last_read: dict[str, int] = {}
     storage_of: dict[str, str] = {}
     sizes: dict[str, int] = {}
+    taken: set[str] = set()  # buffers whose storage an output took over in place
+    in_place: set[str] = set()  # outputs written in place of such a buffer
     for step, node in enumerate(nodes):
         for dep in node.read_writes.reads:
             last_read[dep.name] = step
+    for step, node in enumerate(nodes):
         for snode in node.get_nodes():
             for buf in snode.get_outputs():
                 name = buf.get_name()
@@ -446,8 +449,16 @@ def _peak_memory(nodes: list[Any]) -> int:
                 if isinstance(layout, ir.NonOwningLayout):
                     storage_of[name] = layout.view.data.get_name()
                 elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
-                    storage_of[name] = name
-                    sizes[name] = _allocated_bytes(layout)
+                    source = _in_place_source(
+                        node, snode, _allocated_bytes(layout), step, last_read, storage_of, sizes, taken, in_place,
+                        outputs,
+                    )
+                    if source is None:
+                        storage_of[name] = name
+                        sizes[name] = _allocated_bytes(layout)
+                    else:
+                        storage_of[name] = storage_of[source]
+                        in_place.add(name)
                 else:
                     continue  # no storage (a tuple of outputs, nothing)
                 first_write.setdefault(storage_of[name], step)
@@ -459,7 +470,9 @@ def _peak_memory(nodes: list[Any]) -> int:
     for name, value in V.graph.graph_inputs.items():  # a backward's saved tensors: live until their last reader
         layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
         if name in last_read and isinstance(layout, ir.Layout) and not is_nonfreeable_buffers(StarDep(name)):
-            size = _allocated_bytes(layout)
+            # its own elements, not its storage's: saved views of one buffer (the halves of a split, a weight's
+            # transpose) would count that storage once each, a constant that hid where the real peak is
+            size = _allocated_bytes(layout, own_elements=True)
             allocs[0] = allocs.get(0, 0) + size
             frees[last_read[name]] = frees.get(last_read[name], 0) + size
     for storage, size in sizes.items():
@@ -468,11 +481,52 @@ def _peak_memory(nodes: list[Any]) -> int:
             last = max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
             frees[last] = frees.get(last, 0) + size
     live = peak = 0
-    for step in range(len(nodes)):
+    for step, node in enumerate(nodes):
         live += allocs.get(step, 0)
-        peak = max(peak, live)
+        peak = max(peak, live + _fallback_workspace(node))
         live -= frees.get(step, 0)
     return peak
+
+
+def _fallback_workspace(node: Any) -> int:
+    """Bytes an ATen fallback kernel may allocate while it runs, beyond its outputs, taken to be as many as its
+    outputs (the flash-attention backward accumulates the query gradient in fp32): memory live across such a call
+    counts at that height. Matmuls (cuBLAS keeps its workspace) and Triton kernels allocate nothing."""
+    fallback = getattr(node, "node", None)
+    if not isinstance(fallback, ir.FallbackKernel):
+        return 0
+    outputs = [o for o in getattr(fallback, "outputs", ()) if isinstance(getattr(o, "layout", None), ir.Layout)]
+    return sum(_allocated_bytes(o.layout) for o in outputs)
+
+
+def _in_place_source(
+    node: Any, snode: Any, size: int, step: int, last_read: dict[str, int], storage_of: dict[str, str],
+    sizes: dict[str, int], taken: set[str], in_place: set[str], outputs: set[str],
+) -> str | None:
+    """The buffer whose storage an output of ``snode`` (``size`` bytes) takes over, as Inductor's in-place reuse
+    gives it (``decide_inplace_update``: the kernel is the buffer's last reader and reads it at the index it
+    writes, ``NodeUser.can_inplace``; the sizes match; not a graph input or output, not a view), or None. Never in a
+    merged group's kernel, whose outputs are its own: without this, merging in-place layer norms looked free where
+    it allocated their outputs."""
+    if isinstance(node, MemberTableGroup) or not isinstance(snode, SchedulerNode) or not config.inplace_buffers:
+        return None
+    for dep in snode.read_writes.reads:
+        name = dep.name
+        storage = storage_of.get(name)
+        if (
+            storage is None  # a graph input, nothing allocated
+            or (storage != name and name not in in_place)  # a view
+            or name in taken
+            or name in outputs
+            or last_read.get(name) != step
+            or sizes.get(storage) != size
+        ):
+            continue
+        buf = snode.scheduler.name_to_buf.get(name)
+        if buf is not None and any(user.node is snode and user.can_inplace for user in buf.users):
+            taken.add(name)
+            return name
+    return None
 
 
 def _cudagraph_trees() -> bool:
@@ -480,9 +534,11 @@ def _cudagraph_trees() -> bool:
     return bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
 
 
-def _allocated_bytes(layout: ir.Layout) -> int:
-    """What the CUDA caching allocator hands out for a buffer of this layout: whole 512-byte blocks."""
-    size = V.graph.sizevars.size_hint(layout.storage_size(), fallback=0) * layout.dtype.itemsize
+def _allocated_bytes(layout: ir.Layout, own_elements: bool = False) -> int:
+    """What the CUDA caching allocator hands out for a buffer of this layout (or, ``own_elements``, for its elements
+    alone): whole 512-byte blocks."""
+    numel = sympy_product(layout.size) if own_elements else layout.storage_size()
+    size = V.graph.sizevars.size_hint(numel, fallback=0) * layout.dtype.itemsize
     return -(-size // 512) * 512
 
 
