@@ -14,7 +14,10 @@ An address includes the member's constant offset into that buffer where the shar
 of one split read the same buffer at different offsets).
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
-``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy.
+``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. Where they change every call (a training
+step's activations and gradients can take new addresses each step), a new table is written into one of a few
+page-locked staging buffers and copied from there asynchronously; a staging buffer is written again once the copy
+that read it is done (an event), so a miss allocates no page-locked memory.
 
 CUDA graphs: a graph replays the copy that filled the table, from the same host memory, into the same device memory.
 So a table filled while a graph is being captured comes from one of a few page-locked host / device buffer pairs
@@ -29,7 +32,9 @@ blocking copies; their recordings capture in thread-local mode, so buffer pairs 
 
 from __future__ import annotations
 
+import array
 import collections
+import ctypes
 import itertools
 import threading
 from collections.abc import Callable
@@ -98,6 +103,7 @@ class MemberTable:
         align: int | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
+        staging_buffers: int = 8,
         outside_graph_pools: bool = False,
     ) -> None:
         """``starts`` and ``numels`` None: members of symbolic sizes, whose numels each call gives (``numels=``);
@@ -115,6 +121,10 @@ class MemberTable:
         self._recent: collections.OrderedDict[tuple[object, ...], torch.Tensor] = collections.OrderedDict()
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.staging_buffers = staging_buffers
+        #: page-locked host buffers new tables are written into, each with the event of the copy that last read it
+        self._staging: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self._next_staging = 0
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
         return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.divisors]
@@ -146,14 +156,30 @@ class MemberTable:
         return self._constant([0, *itertools.accumulate(padded[:-1])], list(numels))
 
     def _build(self, constant: list[int], addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
-        # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
-        host = torch.tensor([*constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu")
-        if device.type == "cpu":
-            return host
-        if self.outside_graph_pools:
+        values = [*constant, *self._shifted(addresses)]
+        if device.type == "cpu" or self.outside_graph_pools:
+            # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
+            host = torch.tensor(values, dtype=torch.int64, device="cpu")
+            if device.type == "cpu":
+                return host
             return _on_helper_thread(lambda: host.to(device))  # pageable memory: done when it returns
-        # asynchronous only from pinned memory; the caching host allocator keeps the block until the copy is done
-        return host.pin_memory().to(device, non_blocking=True)
+        host, copied = self._staging_buffer(len(values))
+        packed = array.array("q", values)
+        ctypes.memmove(host.data_ptr(), packed.buffer_info()[0], len(values) * packed.itemsize)
+        table = torch.empty(len(values), dtype=torch.int64, device=device)
+        table.copy_(host[: len(values)], non_blocking=True)  # asynchronous: the staging buffer is page-locked
+        copied.record(torch.cuda.current_stream(device))  # the stream the copy was queued on
+        return table
+
+    def _staging_buffer(self, size: int) -> tuple[torch.Tensor, torch.cuda.Event]:
+        """The next staging buffer (of at least ``size`` int64), once the copy that last read it is done."""
+        if not self._staging or self._staging[0][0].numel() < size:
+            self._staging = [(_registered_host_buffer(size), torch.cuda.Event()) for _ in range(self.staging_buffers)]
+            _KEPT_FOR_GRAPHS.extend(self._staging)  # registered memory is never freed (see _registered_host_buffer)
+        host, copied = self._staging[self._next_staging]
+        self._next_staging = (self._next_staging + 1) % len(self._staging)
+        copied.synchronize()  # at once where it was never recorded, or the copy is long done
+        return host, copied
 
     def _shifted(self, addresses: tuple[object, ...]) -> list[object]:
         if self.byte_offsets is None:

@@ -376,7 +376,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             record(self.name, False, [m.get_name() for m in members], "no schedule runs them together: split in two")
         else:
             after = _peak_memory(candidate)
-            if after <= before:
+            if after.no_higher_than(before):
                 record(
                     self.name, True, [m.get_name() for m in members],
                     f"{len(members)} kernels → one kernel ({merged.describe()})",
@@ -385,7 +385,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             _forget(merged, members)
             record(
                 self.name, False, [m.get_name() for m in members],
-                f"estimated peak memory {before} → {after} bytes: split in two",
+                f"estimated peak memory {after.versus(before)}: split in two",
             )
         half = len(part) // 2
         for piece in (part[:half], part[half:]):
@@ -415,14 +415,38 @@ def _forget(merged: Any, members: list[Any]) -> None:
             merged.scheduler.name_to_fused_node[name] = member
 
 
-def _peak_memory(nodes: list[Any]) -> int:
+@dataclasses.dataclass
+class MemoryEstimate:
+    """Bytes live at the peak of a schedule, and across each ATen fallback call in it (by node name): a fallback's
+    own temporary memory is only guessed (``_fallback_workspace``), so a merge may not raise what is live across
+    one (the flash-attention backward's peak on the GPU) even where the estimated peak stays."""
+
+    peak: int
+    at_fallbacks: dict[str, int]
+
+    def no_higher_than(self, before: MemoryEstimate) -> bool:
+        return self.peak <= before.peak and all(
+            live <= before.at_fallbacks.get(name, live) for name, live in self.at_fallbacks.items()
+        )
+
+    def versus(self, before: MemoryEstimate) -> str:
+        raised = [
+            f"{before.at_fallbacks[name]} → {live} bytes across {name}"
+            for name, live in self.at_fallbacks.items()
+            if live > before.at_fallbacks.get(name, live)
+        ]
+        return "; ".join([f"{before.peak} → {self.peak} bytes", *raised[:1]])
+
+
+def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
     """Bytes live at the peak when ``nodes`` run in the order Inductor will run them (its reordering for peak memory
     comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the first node
     that writes it or a view of it (a cat's output, when its first input is written into it) and freed after the
     last reader of it or of its views (graph outputs never); buffers read only inside their own kernel are never
-    allocated. Graph inputs belong to the caller, but for those Inductor's wrapper frees (a backward's saved
-    tensors, as Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last
-    reader."""
+    allocated; an output that Inductor writes in place of an input that dies there takes over its storage.
+    Graph inputs belong to the caller, but for those Inductor's wrapper frees (a backward's saved tensors, as
+    Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader. An ATen
+    fallback call peaks at what is live across it plus its guessed workspace."""
     scheduler = nodes[0].scheduler
     if config.reorder_for_peak_memory:
         nodes = memory.reorder_for_peak_memory(
@@ -481,11 +505,15 @@ def _peak_memory(nodes: list[Any]) -> int:
             last = max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
             frees[last] = frees.get(last, 0) + size
     live = peak = 0
+    at_fallbacks = {}
     for step, node in enumerate(nodes):
         live += allocs.get(step, 0)
-        peak = max(peak, live + _fallback_workspace(node))
+        workspace = _fallback_workspace(node)
+        if workspace:
+            at_fallbacks[node.get_name()] = live
+        peak = max(peak, live + workspace)
         live -= frees.get(step, 0)
-    return peak
+    return MemoryEstimate(peak, at_fallbacks)
 
 
 def _fallback_workspace(node: Any) -> int:

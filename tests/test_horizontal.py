@@ -15,6 +15,7 @@ import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.registry import recording
+from optimus_ir import runtime
 from optimus_ir.runtime import MemberTable
 from optimus_ir.scheduler_hooks import horizontal
 from optimus_ir.scheduler_hooks.horizontal import IdenticalKernelsToMemberTableKernel, Structure
@@ -378,6 +379,37 @@ def test_member_table_is_cached_by_addresses():
     table(c, a)  # the cache holds 2: (a, b) is evicted
     assert table(a, b) is not first
     assert table(a, b).tolist() == first.tolist()
+
+
+def test_member_table_misses_reuse_page_locked_staging_buffers_once_their_copy_is_done():
+    """A training step's tensors take new addresses each step (H200: most tables of a DLRM or layer-norm step miss
+    every call, ``table_misses.md``): a miss writes into one of a few registered staging buffers, waits only for the
+    copy that last read it, and allocates no pinned memory."""
+
+    class Event:
+        def __init__(self):
+            self.log = []
+
+        def record(self, stream=None):
+            self.log.append("record")
+
+        def synchronize(self):
+            self.log.append("synchronize")
+
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, staging_buffers=2)
+    with (
+        mock.patch.object(runtime, "_registered_host_buffer", lambda n: torch.zeros(n, dtype=torch.int64)),
+        mock.patch.object(torch.cuda, "Event", Event),
+        mock.patch.object(torch.cuda, "current_stream", lambda device=None: None),
+        mock.patch.object(torch.Tensor, "pin_memory", side_effect=AssertionError("pinned allocation")),
+    ):
+        tables = [table._build(table.constant, pair, torch.device("meta")) for pair in [(1, 2), (3, 4), (5, 6)]]
+    assert [t.shape for t in tables] == [(6,)] * 3 and tables[0].device.type == "meta"
+    (first, first_copy), (second, second_copy) = table._staging
+    assert first.tolist() == [0, 1024, 10, 20, 5, 6]  # the third table went into the first buffer again
+    assert second.tolist() == [0, 1024, 10, 20, 3, 4]
+    assert first_copy.log == ["synchronize", "record", "synchronize", "record"]
+    assert second_copy.log == ["synchronize", "record"]
 
 
 @pytest.mark.parametrize("rows", [(3, 3, 3), (1, 2, 1000)])
