@@ -5,6 +5,7 @@ log scale. Reads the JSON that ``measure.write_results`` writes (``suite.json``,
     python benchmarks/plot.py RESULTS.json OUT.png
     python benchmarks/plot.py RESULTS.json OUT.png --metrics "kernels/call" "ms/call" "replay ms" "first call s"
     python benchmarks/plot.py RUN1.json RUN2.json OUT.png      # the rows of several runs in one chart
+    python benchmarks/plot.py suite_summary.json OUT.png --variants stock optimus_ir --where mode=training
 
 A row without a positive number for a metric (a failed CUDA-graph capture, say) has no bar there; a row with an
 error has the word "error" in its place.
@@ -71,13 +72,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, nargs="+", help="results JSON files, then the PNG to write")
     parser.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="row fields to plot")
+    parser.add_argument("--variants", nargs="+", help="only these variants' rows, in this order")
+    parser.add_argument("--where", nargs="+", default=[], metavar="FIELD=VALUE", help="only rows with these values")
     args = parser.parse_args()
     *inputs, out = args.results
     if not inputs:
         parser.error("give at least one results JSON file and the PNG to write")
     runs = [json.loads(path.read_text()) for path in inputs]
-    plot({"meta": runs[0].get("meta", {}), "rows": [row for run in runs for row in run["rows"]]}, out,
-         tuple(args.metrics))
+    rows = [row for run in runs for row in run["rows"]]
+    for condition in args.where:
+        field, _, value = condition.partition("=")
+        rows = [row for row in rows if str(row.get(field)) == value]
+    if args.variants:
+        rows = sorted((r for r in rows if r["variant"] in args.variants), key=lambda r: args.variants.index(r["variant"]))
+    plot({"meta": runs[0].get("meta", {}), "rows": rows}, out, tuple(args.metrics))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ from the last of the given runs that measured it (all variants of a case come fr
     python benchmarks/summary.py OUT.md RUN1/suite.json RUN2/suite.json ...
 
 Writes OUT.md (the table, then the cases where optimus_ir is slower per call or in replay than stock, uses more
-peak memory, or errs more than stock against eager beyond the dtype's tolerance) and OUT.json (the rows the table came from, with the file
-each came from).
+peak memory, or errs more than stock against eager beyond the dtype's tolerance) and OUT.json (the rows the table
+came from, each with the run it came from, in ``plot.py``'s format).
 """
 
 from __future__ import annotations
@@ -148,11 +148,15 @@ def main() -> None:
     flagged = [(case, n) for case, n in notes.items() if n]
     lines += [f"- {' '.join(case)}: " + "; ".join(n) for case, n in flagged] or ["- none"]
     args.out.write_text("\n".join(lines) + "\n")
+    first_meta = json.loads(args.runs[-1].read_text()).get("meta", {})
     rows = [
-        {"case": dict(zip(CASE_FIELDS, case)), "file": str(file), "variants": variants, "findings": notes[case]}
+        row | {"run": f"{file.parent.name}/{file.name}", "findings": notes[case]}
         for case, (file, variants) in cases.items()
+        for row in variants.values()
     ]
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    meta = {k: first_meta[k] for k in ("date", "torch", "triton", "device") if k in first_meta}
+    meta["command"] = "benchmarks/summary.py " + " ".join(str(a) for a in (args.out, *args.runs))
+    args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print("\n".join(lines))
 
 

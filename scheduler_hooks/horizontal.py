@@ -467,22 +467,25 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
         for snode in node.get_nodes():
             for buf in snode.get_outputs():
                 name = buf.get_name()
-                if name in V.graph.removed_buffers or _kernel_local(scheduler, buf):
+                if name in V.graph.removed_buffers:
                     continue
                 layout = buf.node.get_output_spec()
-                if isinstance(layout, ir.NonOwningLayout):
+                if isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf):
                     storage_of[name] = layout.view.data.get_name()
                 elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
+                    # in place: also through a buffer only its own kernel reads (layer norm: x → x - mean → out)
                     source = _in_place_source(
                         node, snode, _allocated_bytes(layout), step, last_read, storage_of, sizes, taken, in_place,
                         outputs,
                     )
-                    if source is None:
-                        storage_of[name] = name
-                        sizes[name] = _allocated_bytes(layout)
-                    else:
+                    if source is not None:
                         storage_of[name] = storage_of[source]
                         in_place.add(name)
+                    elif _kernel_local(scheduler, buf):
+                        continue
+                    else:
+                        storage_of[name] = name
+                        sizes[name] = _allocated_bytes(layout)
                 else:
                     continue  # no storage (a tuple of outputs, nothing)
                 first_write.setdefault(storage_of[name], step)

@@ -2,9 +2,10 @@
 optimus_ir, so that a claim "this rewrite does not raise peak memory" is checked against the code that runs.
 
 The replay follows the wrapper's own statements: ``empty_strided_cuda`` allocates (rounded up to the caching
-allocator's 512-byte blocks), ``x = y; del y  # reuse`` hands a buffer over, ``del x`` frees. Graph inputs count
-from the start where the wrapper frees them (a backward's saved tensors, named neither ``primals_*``, ``tangents_*``
-nor ``arg*``, as in Inductor's ``is_nonfreeable_buffers``); their sizes come from the wrapper's ``get_args``.
+allocator's 512-byte blocks), ``x = y; del y  # reuse`` and ``x = reinterpret_tensor(y, ...); del y  # reuse``
+hand a buffer over, ``del x`` frees. Graph inputs count from the start where the wrapper frees them (a backward's
+saved tensors, named neither ``primals_*``, ``tangents_*`` nor ``arg*``, as in Inductor's
+``is_nonfreeable_buffers``); their sizes come from the wrapper's ``get_args``.
 Tensors that extern kernels allocate themselves (an ATen fallback's outputs) are sized by the
 ``assert_size_stride(name, size, stride, 'op')`` that follows the call, at 4 bytes an element (the wrapper does not
 say their dtype), and are live from the call on (the ``del`` of its inputs come between the two).
@@ -22,7 +23,7 @@ _ALLOCATION = re.compile(r"(\w+) = empty_strided_cuda\(\(([\d, ]*)\), \([\d, ]*\
 _INPUT = re.compile(r"(\w+) = rand_strided\(\(([\d, ]*)\), \([\d, ]*\), device='cuda:0', dtype=torch\.(\w+)\)")
 _EXTERN_OUTPUT = re.compile(r"assert_size_stride\((\w+), \(([\d, ]*)\), \([\d, ]*\), '")
 _EXTERN_CALL = re.compile(r"\w+ = torch\.ops\.")
-_REUSE = re.compile(r"(\w+) = (\w+); del (\w+)  # reuse")
+_REUSE = re.compile(r"(\w+) = (?:reinterpret_tensor\()?(\w+)(?:, [^;]*\))?; del (\w+)  # reuse")
 _NOT_FREED = ("primals_", "tangents_", "arg")
 
 
