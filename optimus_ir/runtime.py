@@ -53,6 +53,8 @@ _T = TypeVar("_T")
 #: Host and device buffers a captured CUDA graph may read from at replay: never freed (a few KB per merged kernel),
 #: since a graph can outlive the compiled code that captured it.
 _KEPT_FOR_GRAPHS: list[tuple[torch.Tensor, torch.Tensor]] = []
+#: Every page-locked host buffer made by ``_registered_host_buffer`` (a few KB per merged kernel).
+_REGISTERED: list[torch.Tensor] = []
 
 
 def _registered_host_buffer(size: int) -> torch.Tensor:
@@ -61,12 +63,14 @@ def _registered_host_buffer(size: int) -> torch.Tensor:
     A copy from caching-allocator pinned memory records the copying stream on the block; a stream recorded while a
     graph was being captured makes the allocator's later event bookkeeping fail (seen on the H200 as "CUDA error:
     invalid argument" in unrelated later work). Memory registered with ``cudaHostRegister`` is page-locked (so the
-    captured copy is a real asynchronous copy) but unknown to that allocator.
+    captured copy is a real asynchronous copy) but unknown to that allocator. It is never freed (kept in
+    ``_REGISTERED``): registered memory must not go back to the CPU allocator.
     """
     buffer = torch.empty(size, dtype=torch.int64, device="cpu")
     error = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0)
     if int(error) != 0:
         raise RuntimeError(f"optimus_ir: cudaHostRegister failed with CUDA error {int(error)}")
+    _REGISTERED.append(buffer)
     return buffer
 
 
@@ -175,7 +179,6 @@ class MemberTable:
         """The next staging buffer (of at least ``size`` int64), once the copy that last read it is done."""
         if not self._staging or self._staging[0][0].numel() < size:
             self._staging = [(_registered_host_buffer(size), torch.cuda.Event()) for _ in range(self.staging_buffers)]
-            _KEPT_FOR_GRAPHS.extend(self._staging)  # registered memory is never freed (see _registered_host_buffer)
         host, copied = self._staging[self._next_staging]
         self._next_staging = (self._next_staging + 1) % len(self._staging)
         copied.synchronize()  # at once where it was never recorded, or the copy is long done
