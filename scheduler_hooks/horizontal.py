@@ -302,6 +302,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
         backends: dict[Any, Any] = {}
+        estimate: MemoryEstimate | None = None  # of ``nodes`` as they are, once computed
         left_out: dict[str, list[str]] = {}
         for node in nodes:
             structure = structure_of(node)
@@ -326,7 +327,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             reduction = prefixes == ("x", "r0_")
             for group in self._independent_groups(candidates):
                 for part in self._size_classes(group, reduction):
-                    nodes = self._merge_within_memory(nodes, part, reduction)
+                    nodes, estimate = self._merge_within_memory(nodes, part, reduction, estimate)
         return nodes
 
     def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -365,10 +366,15 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             )
         return [p for p in parts if len(p) > 1]
 
-    def _merge_within_memory(self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool) -> list[Any]:
-        """Merge ``part``; where the estimated peak memory would rise, merge each half instead (recursively)."""
+    def _merge_within_memory(
+        self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool, before: MemoryEstimate | None
+    ) -> tuple[list[Any], MemoryEstimate]:
+        """Merge ``part``; where the estimated peak memory would rise, merge each half instead (recursively).
+        ``before`` is the estimate of ``nodes`` where it is known; returns the nodes and their estimate (a rejected
+        merge leaves both as they were, so its halves are not estimated again before they change)."""
         members = [m for m, _ in part]
-        before = _peak_memory(nodes)  # before the group exists: it takes over its members' operation names
+        if before is None:
+            before = _peak_memory(nodes)  # before the group exists: it takes over its members' operation names
         merged = MemberTableGroup(members, [s for _, s in part], reduction)
         candidate = replace_with_group(nodes, members, merged)
         if candidate is None:
@@ -381,7 +387,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                     self.name, True, [m.get_name() for m in members],
                     f"{len(members)} kernels → one kernel ({merged.describe()})",
                 )
-                return candidate
+                return candidate, after
             _forget(merged, members)
             record(
                 self.name, False, [m.get_name() for m in members],
@@ -390,8 +396,8 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         half = len(part) // 2
         for piece in (part[:half], part[half:]):
             if len(piece) > 1:
-                nodes = self._merge_within_memory(nodes, piece, reduction)
-        return nodes
+                nodes, before = self._merge_within_memory(nodes, piece, reduction, before)
+        return nodes, before
 
 
 def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:

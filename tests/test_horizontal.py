@@ -257,10 +257,14 @@ def test_merging_that_would_raise_peak_memory_is_split():
 
     inputs = (torch.randn(64, 64), *[torch.randn(64, 64) for _ in range(4)])
     stock = compile_report(fn, inputs, passes=None)
-    report = compile_report(fn, inputs, passes="horizontal")
+    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+        report = compile_report(fn, inputs, passes="horizontal")
     whole = [r for r in _rejected(report) if "estimated peak memory" in r.detail]
     assert whole and len(whole[0].nodes) == 4  # all four at once rejected, then halves tried
     assert len(stock.launches) > len(report.launches) > len(stock.launches) - 4
+    # the schedule before the merge is estimated once, not again for each half: 1 + one per merge tried
+    tried = [r for r in report.rewrites if r.rule == RULE and (r.fired or "estimated peak memory" in r.detail)]
+    assert len(tried) == 3 and estimates.call_count == 1 + len(tried)
 
 
 def test_a_cat_output_counts_from_its_first_piece_in_the_memory_check():
