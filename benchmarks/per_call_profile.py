@@ -16,17 +16,15 @@ import argparse
 import gc
 import sys
 from pathlib import Path
-from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_overhead import host_us_per_call  # noqa: E402
+from host_overhead import counting_table_builds, host_us_per_call  # noqa: E402
 from measure import VARIANTS, cold_compile, cuda_time_ms, header, variant_context, write_results  # noqa: E402
 from suite import _case, prepare  # noqa: E402
 
-from optimus_ir.runtime import MemberTable  # noqa: E402
 
 PROFILED_CALLS = 20
 
@@ -61,16 +59,9 @@ def main() -> None:
     for case in args.cases:
         for position, variant in enumerate(variants[name] for name in args.order):
             torch._dynamo.reset()
-            builds: list[int] = []
-            real_build = MemberTable._build
-
-            def counted(self, *a, _builds=builds, **k):
-                _builds.append(1)
-                return real_build(self, *a, **k)
-
-            with cold_compile(), variant_context(variant), mock.patch.object(MemberTable, "_build", counted):
+            with cold_compile(), variant_context(variant), counting_table_builds() as builds:
                 call, _, _ = prepare(case, variant.compile)
-                built_at_compile = len(builds)
+                built_at_compile = builds.call_count
                 synced_ms = cuda_time_ms(call)
                 host_us = host_us_per_call(call)
                 synced_again_ms = cuda_time_ms(call)
@@ -85,7 +76,7 @@ def main() -> None:
                     "ms/call (synchronized)": synced_ms,
                     "host us/call (loop)": host_us,
                     "ms/call (synchronized, again)": synced_again_ms,
-                    "tables built after the first call": len(builds) - built_at_compile,
+                    "tables built after the first call": builds.call_count - built_at_compile,
                 }
             )
             print(rows[-1], flush=True)
