@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import operator
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 from torch._inductor import config, ir, memory
 from torch._inductor.codegen.common import IndentedBuffer, TensorArg
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+from torch._inductor.codegen.segmented_tree import SegmentedTree
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.codegen.triton_utils import is_unaligned_buffer
@@ -454,11 +456,14 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
     Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader. An ATen
     fallback call peaks at what is live across it plus its guessed workspace."""
     scheduler = nodes[0].scheduler
+    planning = (
+        nodes, scheduler.name_to_buf, scheduler.name_to_fused_node,
+        OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
+    )
     if config.reorder_for_peak_memory:
-        nodes = memory.reorder_for_peak_memory(
-            nodes, scheduler.name_to_buf, scheduler.name_to_fused_node,
-            OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
-        )
+        nodes = memory.reorder_for_peak_memory(*planning)
+    else:
+        memory.prepare_planning_info(*planning)  # for ``memory.estimate_peak_memory``
     outputs = set(V.graph.get_output_names())
     first_write: dict[str, int] = {}  # by storage
     last_read: dict[str, int] = {}
@@ -508,11 +513,18 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
             size = _allocated_bytes(layout, own_elements=True)
             allocs[0] = allocs.get(0, 0) + size
             frees[last_read[name]] = frees.get(last_read[name], 0) + size
+    last_use = {
+        storage: None if any(name in outputs for name in views[storage])
+        else max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
+        for storage in sizes
+    }
+    taken_over = _taken_over_by_reuse(nodes, sizes, first_write, last_use)
+    takers = set(taken_over.values())
     for storage, size in sizes.items():
-        allocs[first_write[storage]] = allocs.get(first_write[storage], 0) + size
-        if not any(name in outputs for name in views[storage]):
-            last = max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
-            frees[last] = frees.get(last, 0) + size
+        if storage not in takers:
+            allocs[first_write[storage]] = allocs.get(first_write[storage], 0) + size
+        if storage not in taken_over and last_use[storage] is not None:
+            frees[last_use[storage]] = frees.get(last_use[storage], 0) + size
     live = peak = 0
     at_fallbacks = {}
     for step, node in enumerate(nodes):
@@ -523,6 +535,58 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
         peak = max(peak, live + workspace)
         live -= frees.get(step, 0)
     return MemoryEstimate(peak, at_fallbacks)
+
+
+def _taken_over_by_reuse(
+    nodes: list[Any], sizes: dict[str, int], first_write: dict[str, int], last_use: dict[str, int | None]
+) -> dict[str, str]:
+    """Which dead storages Inductor's wrapper keeps for a later allocation, as its buffer-reuse planning decides
+    (``AllocateLine.plan``): a storage freed after step ``i`` goes to a pool (by dtype and size); an allocation at
+    step ``j`` takes the last one freed of its kind where ``i + 1 == j``, or where holding it until ``j`` stays
+    within Inductor's own peak estimate (``should_reuse_buffer``, over ``memory.estimate_peak_memory``). Returns
+    ``{storage kept: storage that takes it over}``: the kept one is not freed, the taker not allocated. Without
+    this, merging two towers' layer norms looked free where the buffers the wrapper kept for the next towers met
+    the final cat's output, which their kernels allocate early."""
+    if not config.allow_buffer_reuse:
+        return {}
+    graph_outputs = OrderedSet(V.graph.get_output_names())
+    freeable = memory.get_freeable_input_buf(nodes, OrderedSet(V.graph.graph_inputs))
+    overall, at_node = memory.estimate_peak_memory(nodes, freeable, graph_outputs)
+    estimate = SegmentedTree(at_node, operator.add, max, 0)
+    name_to_buf = nodes[0].scheduler.name_to_buf
+    kind = {storage: _reuse_kind(name_to_buf[storage]) for storage in sizes if storage in name_to_buf}
+    allocated_at: dict[int, list[str]] = {}
+    freed_at: dict[int, list[str]] = {}
+    for storage, step in first_write.items():
+        if storage in kind:
+            allocated_at.setdefault(step, []).append(storage)
+            if last_use[storage] is not None:
+                freed_at.setdefault(last_use[storage], []).append(storage)
+    pool: dict[Any, list[tuple[int, str]]] = {}
+    taker: dict[str, str] = {}
+    for step in range(len(nodes)):
+        for storage in allocated_at.get(step, ()):
+            key, size, wrapper_allocates = kind[storage]
+            if not wrapper_allocates or not pool.get(key):
+                continue
+            freed, held = pool[key][-1]
+            if freed + 1 == step or size + estimate.summarize_range(freed + 1, step - 1) <= overall:
+                pool[key].pop()
+                taker[held] = storage
+                if freed + 1 != step:
+                    estimate.update_range(freed + 1, step - 1, size)
+        for storage in freed_at.get(step, ()):
+            pool.setdefault(kind[storage][0], []).append((step, storage))
+    return taker
+
+
+def _reuse_kind(buf: Any) -> tuple[Any, int, bool]:
+    """A scheduler buffer's key in the wrapper's reuse pool (``buffer_reuse_key``: dtype and storage size), its
+    bytes, and whether the wrapper allocates it (an ATen fallback's outputs come allocated, but go to the pool)."""
+    node = buf.node
+    elements = V.graph.sizevars.size_hint(V.graph.get_allocation_storage_size(node), fallback=0)
+    key = (node.get_dtype(), elements, node.get_name() not in V.graph.unaligned_buffers)
+    return key, elements * node.get_dtype().itemsize, not isinstance(node, (ir.ExternKernelAlloc, ir.MultiOutput))
 
 
 def _fallback_workspace(node: Any) -> int:
