@@ -35,7 +35,7 @@ from torch._inductor.codegen.triton import TritonKernel, TritonScheduling
 from torch._inductor.codegen.triton_utils import is_unaligned_buffer
 from torch._inductor.dependencies import StarDep
 from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
-from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
+from torch._inductor.scheduler import FusedMixOrderReductions, FusedSchedulerNode, SchedulerNode
 from torch._inductor.utils import is_nonfreeable_buffers, sympy_product
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
@@ -306,7 +306,15 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         backends: dict[Any, Any] = {}
         estimate: MemoryEstimate | None = None  # of ``nodes`` as they are, once computed
         left_out: dict[str, list[str]] = {}
+        # Inductor's codegen of a mix-order reduction removes its readers' split-reduction stage (``removed_ops``):
+        # those readers are not the nodes measured here (its combo kernels leave them out too)
+        mix_order_outputs = OrderedSet(
+            name for node in nodes if isinstance(node, FusedMixOrderReductions) for name in node.get_buffer_names()
+        )
         for node in nodes:
+            if node.used_buffer_names() & mix_order_outputs:
+                left_out.setdefault("reads the output of a mix-order reduction", []).append(node.get_name())
+                continue
             structure = structure_of(node)
             if isinstance(structure, Structure):
                 by_key.setdefault(structure.key, []).append((node, structure))
