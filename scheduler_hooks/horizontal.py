@@ -15,6 +15,7 @@ and members with different row counts (ragged) merge too.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -66,6 +67,11 @@ _MIN_RNUMEL_FOR_TOTAL_HINT = 16
 #: (counted pessimistically: one row per block for reductions, 1024 elements per block for pointwise kernels).
 MAX_PADDING = 2.0
 MAX_EMPTY_BLOCKS = 2048
+#: Memory estimates one graph may spend on trying merges (each is Inductor's reordering and memory planning over the
+#: whole schedule: ~0.2 s for the 1100 nodes of a 32-tower training step's backward). Groups are tried whole first,
+#: then halves, level by level, so the estimates go to the largest merges; what is left untried keeps its stock
+#: kernels, with the reason in the dump.
+MAX_MEMORY_ESTIMATES = 64
 
 
 @dataclasses.dataclass
@@ -305,6 +311,8 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
         backends: dict[Any, Any] = {}
         estimate: MemoryEstimate | None = None  # of ``nodes`` as they are, once computed
+        bytes_of = BufferBytes()
+        to_try: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
         left_out: dict[str, list[str]] = {}
         # Inductor's codegen of a mix-order reduction removes its readers' split-reduction stage (``removed_ops``):
         # those readers are not the nodes measured here (its combo kernels leave them out too)
@@ -336,8 +344,20 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 continue
             reduction = prefixes == ("x", "r0_")
             for group in self._independent_groups(candidates):
-                for part in self._size_classes(group, reduction):
-                    nodes, estimate = self._merge_within_memory(nodes, part, reduction, estimate)
+                to_try.extend((part, reduction) for part in self._size_classes(group, reduction))
+        with _buffer_sizes_worked_out_once(nodes[0].scheduler.name_to_buf):
+            estimates = 0
+            while to_try:
+                part, reduction = to_try.popleft()
+                if estimates + (estimate is None) + 1 > MAX_MEMORY_ESTIMATES:
+                    record(
+                        self.name, False, [m.get_name() for m, _ in part],
+                        f"not tried: this graph's {MAX_MEMORY_ESTIMATES} memory estimates are spent; stock kernels",
+                    )
+                    continue
+                estimates += (estimate is None) + 1
+                nodes, estimate, halves = self._merge_or_halve(nodes, part, reduction, estimate, bytes_of)
+                to_try.extend((half, reduction) for half in halves)
         return nodes
 
     def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -376,38 +396,37 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             )
         return [p for p in parts if len(p) > 1]
 
-    def _merge_within_memory(
-        self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool, before: MemoryEstimate | None
-    ) -> tuple[list[Any], MemoryEstimate]:
-        """Merge ``part``; where the estimated peak memory would rise, merge each half instead (recursively).
-        ``before`` is the estimate of ``nodes`` where it is known; returns the nodes and their estimate (a rejected
-        merge leaves both as they were, so its halves are not estimated again before they change)."""
+    def _merge_or_halve(
+        self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool, before: MemoryEstimate | None,
+        bytes_of: BufferBytes,
+    ) -> tuple[list[Any], MemoryEstimate, list[list[tuple[Any, Structure]]]]:
+        """Merge ``part``, or where the estimated peak memory would rise (or no schedule runs it together), return
+        its halves to try later. ``before`` is the estimate of ``nodes`` where it is known; returns the nodes and
+        their estimate (a rejected merge leaves both as they were, so they are not estimated again before they
+        change)."""
         members = [m for m, _ in part]
         if before is None:
-            before = _peak_memory(nodes)  # before the group exists: it takes over its members' operation names
+            before = _peak_memory(nodes, bytes_of)  # before the group: it takes over its members' operation names
         merged = MemberTableGroup(members, [s for _, s in part], reduction)
         candidate = replace_with_group(nodes, members, merged)
         if candidate is None:
             _forget(merged, members)
             record(self.name, False, [m.get_name() for m in members], "no schedule runs them together: split in two")
         else:
-            after = _peak_memory(candidate)
+            after = _peak_memory(candidate, bytes_of)
             if after.no_higher_than(before):
                 record(
                     self.name, True, [m.get_name() for m in members],
                     f"{len(members)} kernels → one kernel ({merged.describe()})",
                 )
-                return candidate, after
+                return candidate, after, []
             _forget(merged, members)
             record(
                 self.name, False, [m.get_name() for m in members],
                 f"estimated peak memory {after.versus(before)}: split in two",
             )
         half = len(part) // 2
-        for piece in (part[:half], part[half:]):
-            if len(piece) > 1:
-                nodes, before = self._merge_within_memory(nodes, piece, reduction, before)
-        return nodes, before
+        return nodes, before, [piece for piece in (part[:half], part[half:]) if len(piece) > 1]
 
 
 def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:
@@ -454,7 +473,7 @@ class MemoryEstimate:
         return "; ".join([f"{before.peak} → {self.peak} bytes", *raised[:1]])
 
 
-def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
+def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     """Bytes live at the peak when ``nodes`` run in the order Inductor will run them (its reordering for peak memory
     comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the first node
     that writes it or a view of it (a cat's output, when its first input is written into it) and freed after the
@@ -489,22 +508,22 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
                 if name in V.graph.removed_buffers:
                     continue
                 layout = buf.node.get_output_spec()
-                if isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf):
+                if isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf, outputs):
                     storage_of[name] = layout.view.data.get_name()
                 elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
                     # in place: also through a buffer only its own kernel reads (layer norm: x → x - mean → out)
                     source = _in_place_source(
-                        node, snode, _allocated_bytes(layout), step, last_read, storage_of, sizes, taken, in_place,
-                        outputs,
+                        node, snode, bytes_of.allocated(name, layout), step, last_read, storage_of, sizes, taken,
+                        in_place, outputs,
                     )
                     if source is not None:
                         storage_of[name] = storage_of[source]
                         in_place.add(name)
-                    elif _kernel_local(scheduler, buf):
+                    elif _kernel_local(scheduler, buf, outputs):
                         continue
                     else:
                         storage_of[name] = name
-                        sizes[name] = _allocated_bytes(layout)
+                        sizes[name] = bytes_of.allocated(name, layout)
                 else:
                     continue  # no storage (a tuple of outputs, nothing)
                 first_write.setdefault(storage_of[name], step)
@@ -518,7 +537,7 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
         if name in last_read and isinstance(layout, ir.Layout) and not is_nonfreeable_buffers(StarDep(name)):
             # its own elements, not its storage's: saved views of one buffer (the halves of a split, a weight's
             # transpose) would count that storage once each, a constant that hid where the real peak is
-            size = _allocated_bytes(layout, own_elements=True)
+            size = bytes_of.allocated(name, layout, own_elements=True)
             allocs[0] = allocs.get(0, 0) + size
             frees[last_read[name]] = frees.get(last_read[name], 0) + size
     last_use = {
@@ -526,7 +545,7 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
         else max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
         for storage in sizes
     }
-    taken_over = _taken_over_by_reuse(nodes, sizes, first_write, last_use)
+    taken_over = _taken_over_by_reuse(nodes, sizes, first_write, last_use, bytes_of)
     takers = set(taken_over.values())
     for storage, size in sizes.items():
         if storage not in takers:
@@ -537,7 +556,7 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
     at_fallbacks = {}
     for step, node in enumerate(nodes):
         live += allocs.get(step, 0)
-        workspace = _fallback_workspace(node)
+        workspace = _fallback_workspace(node, bytes_of)
         if workspace:
             at_fallbacks[node.get_name()] = live
         peak = max(peak, live + workspace)
@@ -545,8 +564,30 @@ def _peak_memory(nodes: list[Any]) -> MemoryEstimate:
     return MemoryEstimate(peak, at_fallbacks)
 
 
+@contextlib.contextmanager
+def _buffer_sizes_worked_out_once(name_to_buf: dict[str, Any]) -> Iterator[None]:
+    """Inductor's memory planning (``memory.prepare_planning_info``, for each estimate) works out every buffer's
+    size in sympy again; this pass adds no buffer, so within it those sizes are worked out once."""
+    work_out = memory.compute_size_for_scheduler_buffer
+    sizes: dict[str, tuple[int, int]] = {}
+
+    def once(buffers: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        if buffers is not name_to_buf:
+            return work_out(buffers)
+        if not sizes:
+            sizes.update(work_out(buffers))
+        return sizes
+
+    memory.compute_size_for_scheduler_buffer = once
+    try:
+        yield
+    finally:
+        memory.compute_size_for_scheduler_buffer = work_out
+
+
 def _taken_over_by_reuse(
-    nodes: list[Any], sizes: dict[str, int], first_write: dict[str, int], last_use: dict[str, int | None]
+    nodes: list[Any], sizes: dict[str, int], first_write: dict[str, int], last_use: dict[str, int | None],
+    bytes_of: BufferBytes,
 ) -> dict[str, str]:
     """Which dead storages Inductor's wrapper keeps for a later allocation, as its buffer-reuse planning decides
     (``AllocateLine.plan``): a storage freed after step ``i`` goes to a pool (by dtype and size); an allocation at
@@ -562,7 +603,7 @@ def _taken_over_by_reuse(
     overall, at_node = memory.estimate_peak_memory(nodes, freeable, graph_outputs)
     estimate = SegmentedTree(at_node, operator.add, max, 0)
     name_to_buf = nodes[0].scheduler.name_to_buf
-    kind = {storage: _reuse_kind(name_to_buf[storage]) for storage in sizes if storage in name_to_buf}
+    kind = {storage: bytes_of.reuse_kind(name_to_buf[storage]) for storage in sizes if storage in name_to_buf}
     allocated_at: dict[int, list[str]] = {}
     freed_at: dict[int, list[str]] = {}
     for storage, step in first_write.items():
@@ -588,16 +629,7 @@ def _taken_over_by_reuse(
     return taker
 
 
-def _reuse_kind(buf: Any) -> tuple[Any, int, bool]:
-    """A scheduler buffer's key in the wrapper's reuse pool (``buffer_reuse_key``: dtype and storage size), its
-    bytes, and whether the wrapper allocates it (an ATen fallback's outputs come allocated, but go to the pool)."""
-    node = buf.node
-    elements = V.graph.sizevars.size_hint(V.graph.get_allocation_storage_size(node), fallback=0)
-    key = (node.get_dtype(), elements, node.get_name() not in V.graph.unaligned_buffers)
-    return key, elements * node.get_dtype().itemsize, not isinstance(node, (ir.ExternKernelAlloc, ir.MultiOutput))
-
-
-def _fallback_workspace(node: Any) -> int:
+def _fallback_workspace(node: Any, bytes_of: BufferBytes) -> int:
     """Bytes an ATen fallback kernel may allocate while it runs, beyond its outputs, taken to be as many as its
     outputs (the flash-attention backward accumulates the query gradient in fp32): memory live across such a call
     counts at that height. Matmuls (cuBLAS keeps its workspace) and Triton kernels allocate nothing."""
@@ -605,7 +637,7 @@ def _fallback_workspace(node: Any) -> int:
     if not isinstance(fallback, ir.FallbackKernel):
         return 0
     outputs = [o for o in getattr(fallback, "outputs", ()) if isinstance(getattr(o, "layout", None), ir.Layout)]
-    return sum(_allocated_bytes(o.layout) for o in outputs)
+    return sum(bytes_of.allocated(o.get_name(), o.layout) for o in outputs)
 
 
 def _in_place_source(
@@ -643,20 +675,44 @@ def _cudagraph_trees() -> bool:
     return bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
 
 
-def _allocated_bytes(layout: ir.Layout, own_elements: bool = False) -> int:
-    """What the CUDA caching allocator hands out for a buffer of this layout (or, ``own_elements``, for its elements
-    alone): whole 512-byte blocks."""
-    numel = sympy_product(layout.size) if own_elements else layout.storage_size()
-    size = V.graph.sizevars.size_hint(numel, fallback=0) * layout.dtype.itemsize
-    return -(-size // 512) * 512
+class BufferBytes:
+    """Sizes of the graph's buffers by name, each worked out once per pass (a sympy evaluation): every memory
+    estimate asks for them again."""
+
+    def __init__(self) -> None:
+        self._allocated: dict[tuple[str, bool], int] = {}
+        self._reuse_kinds: dict[str, tuple[Any, int, bool]] = {}
+
+    def allocated(self, name: str, layout: ir.Layout, own_elements: bool = False) -> int:
+        """What the CUDA caching allocator hands out for buffer ``name`` of this layout (or, ``own_elements``, for
+        its elements alone): whole 512-byte blocks."""
+        key = (name, own_elements)
+        if key not in self._allocated:
+            numel = sympy_product(layout.size) if own_elements else layout.storage_size()
+            size = V.graph.sizevars.size_hint(numel, fallback=0) * layout.dtype.itemsize
+            self._allocated[key] = -(-size // 512) * 512
+        return self._allocated[key]
+
+    def reuse_kind(self, buf: Any) -> tuple[Any, int, bool]:
+        """A scheduler buffer's key in the wrapper's reuse pool (``buffer_reuse_key``: dtype and storage size), its
+        bytes, and whether the wrapper allocates it (an ATen fallback's outputs come allocated, but go to the
+        pool)."""
+        node = buf.node
+        if node.get_name() not in self._reuse_kinds:
+            elements = V.graph.sizevars.size_hint(V.graph.get_allocation_storage_size(node), fallback=0)
+            key = (node.get_dtype(), elements, node.get_name() not in V.graph.unaligned_buffers)
+            allocated_by_wrapper = not isinstance(node, (ir.ExternKernelAlloc, ir.MultiOutput))
+            self._reuse_kinds[node.get_name()] = (key, elements * node.get_dtype().itemsize, allocated_by_wrapper)
+        return self._reuse_kinds[node.get_name()]
 
 
-def _kernel_local(scheduler: Any, buf: Any) -> bool:
-    """Whether every reader of ``buf`` is in the kernel that writes it (Inductor then never allocates it)."""
+def _kernel_local(scheduler: Any, buf: Any, outputs: set[str]) -> bool:
+    """Whether every reader of ``buf`` is in the kernel that writes it and it is not among the graph's ``outputs``
+    (Inductor then never allocates it)."""
     own = scheduler.name_to_fused_node[buf.defining_op_name()]
     return all(
         user.is_weak or scheduler.name_to_fused_node.get(user.get_name()) is own for user in buf.users
-    ) and buf.get_name() not in V.graph.get_output_names()
+    ) and buf.get_name() not in outputs
 
 
 class MemberTableGroup(GroupKernelNode):
