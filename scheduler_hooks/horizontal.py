@@ -346,21 +346,19 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             reduction = prefixes == ("x", "r0_")
             for group in self._independent_groups(candidates):
                 to_try.extend((part, reduction) for part in self._size_classes(group, reduction))
-        with _buffer_sizes_worked_out_once(nodes[0].scheduler.name_to_buf):
-            estimated = 0  # scheduler nodes, over all estimates so far
-            while to_try:
-                part, reduction = to_try.popleft()
-                cost = len(nodes) * (1 + (estimate is None))  # the schedule after the merge, and before if unknown
-                if estimated + cost > MAX_ESTIMATED_NODES:
-                    record(
-                        self.name, False, [m.get_name() for m, _ in part],
-                        f"not tried: the memory estimates' budget ({MAX_ESTIMATED_NODES} nodes) is spent; stock "
-                        "kernels",
-                    )
-                    continue
-                estimated += cost
-                nodes, estimate, halves = self._merge_or_halve(nodes, part, reduction, estimate, bytes_of)
-                to_try.extend((half, reduction) for half in halves)
+        estimated = 0  # scheduler nodes, over all estimates so far
+        while to_try:
+            part, reduction = to_try.popleft()
+            cost = len(nodes) * (1 + (estimate is None))  # the schedule after the merge, and before if unknown
+            if estimated + cost > MAX_ESTIMATED_NODES:
+                record(
+                    self.name, False, [m.get_name() for m, _ in part],
+                    f"not tried: the memory estimates' budget ({MAX_ESTIMATED_NODES} nodes) is spent; stock kernels",
+                )
+                continue
+            estimated += cost
+            nodes, estimate, halves = self._merge_or_halve(nodes, part, reduction, estimate, bytes_of)
+            to_try.extend((half, reduction) for half in halves)
         return nodes
 
     def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -565,27 +563,6 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         peak = max(peak, live + workspace)
         live -= frees.get(step, 0)
     return MemoryEstimate(peak, at_fallbacks)
-
-
-@contextlib.contextmanager
-def _buffer_sizes_worked_out_once(name_to_buf: dict[str, Any]) -> Iterator[None]:
-    """Inductor's memory planning (``memory.prepare_planning_info``, for each estimate) works out every buffer's
-    size in sympy again; this pass adds no buffer, so within it those sizes are worked out once."""
-    work_out = memory.compute_size_for_scheduler_buffer
-    sizes: dict[str, tuple[int, int]] = {}
-
-    def once(buffers: dict[str, Any]) -> dict[str, tuple[int, int]]:
-        if buffers is not name_to_buf:
-            return work_out(buffers)
-        if not sizes:
-            sizes.update(work_out(buffers))
-        return sizes
-
-    memory.compute_size_for_scheduler_buffer = once
-    try:
-        yield
-    finally:
-        memory.compute_size_for_scheduler_buffer = work_out
 
 
 def _taken_over_by_reuse(
