@@ -484,15 +484,12 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader. An ATen
     fallback call peaks at what is live across it plus its guessed workspace."""
     scheduler = nodes[0].scheduler
-    planning = (
-        nodes, scheduler.name_to_buf, scheduler.name_to_fused_node,
-        OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names()),
-    )
+    inputs, outputs = OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names())
+    planning = (nodes, scheduler.name_to_buf, scheduler.name_to_fused_node, inputs, outputs)
     if config.reorder_for_peak_memory:
         nodes = memory.reorder_for_peak_memory(*planning)
     else:
         memory.prepare_planning_info(*planning)  # for ``memory.estimate_peak_memory``
-    outputs = set(V.graph.get_output_names())
     first_write: dict[str, int] = {}  # by storage
     last_read: dict[str, int] = {}
     storage_of: dict[str, str] = {}
@@ -546,7 +543,7 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         else max(first_write[storage], *[last_read.get(name, 0) for name in views[storage]])
         for storage in sizes
     }
-    taken_over = _taken_over_by_reuse(nodes, sizes, first_write, last_use, bytes_of)
+    taken_over = _taken_over_by_reuse(nodes, inputs, outputs, sizes, first_write, last_use, bytes_of)
     takers = set(taken_over.values())
     for storage, size in sizes.items():
         if storage not in takers:
@@ -566,8 +563,8 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
 
 
 def _taken_over_by_reuse(
-    nodes: list[Any], sizes: dict[str, int], first_write: dict[str, int], last_use: dict[str, int | None],
-    bytes_of: BufferBytes,
+    nodes: list[Any], inputs: OrderedSet[str], outputs: OrderedSet[str], sizes: dict[str, int],
+    first_write: dict[str, int], last_use: dict[str, int | None], bytes_of: BufferBytes,
 ) -> dict[str, str]:
     """Which dead storages Inductor's wrapper keeps for a later allocation, as its buffer-reuse planning decides
     (``AllocateLine.plan``): a storage freed after step ``i`` goes to a pool (by dtype and size); an allocation at
@@ -578,9 +575,8 @@ def _taken_over_by_reuse(
     the final cat's output, which their kernels allocate early."""
     if not config.allow_buffer_reuse:
         return {}
-    graph_outputs = OrderedSet(V.graph.get_output_names())
-    freeable = memory.get_freeable_input_buf(nodes, OrderedSet(V.graph.graph_inputs))
-    overall, at_node = memory.estimate_peak_memory(nodes, freeable, graph_outputs)
+    freeable = memory.get_freeable_input_buf(nodes, inputs)
+    overall, at_node = memory.estimate_peak_memory(nodes, freeable, outputs)
     estimate = SegmentedTree(at_node, operator.add, max, 0)
     name_to_buf = nodes[0].scheduler.name_to_buf
     kind = {storage: bytes_of.reuse_kind(name_to_buf[storage]) for storage in sizes if storage in name_to_buf}
@@ -622,7 +618,7 @@ def _fallback_workspace(node: Any, bytes_of: BufferBytes) -> int:
 
 def _in_place_source(
     node: Any, snode: Any, size: int, step: int, last_read: dict[str, int], storage_of: dict[str, str],
-    sizes: dict[str, int], taken: set[str], in_place: set[str], outputs: set[str],
+    sizes: dict[str, int], taken: set[str], in_place: set[str], outputs: OrderedSet[str],
 ) -> str | None:
     """The buffer whose storage an output of ``snode`` (``size`` bytes) takes over, as Inductor's in-place reuse
     gives it (``decide_inplace_update``: the kernel is the buffer's last reader and reads it at the index it
@@ -686,7 +682,7 @@ class BufferBytes:
         return self._reuse_kinds[node.get_name()]
 
 
-def _kernel_local(scheduler: Any, buf: Any, outputs: set[str]) -> bool:
+def _kernel_local(scheduler: Any, buf: Any, outputs: OrderedSet[str]) -> bool:
     """Whether every reader of ``buf`` is in the kernel that writes it and it is not among the graph's ``outputs``
     (Inductor then never allocates it)."""
     own = scheduler.name_to_fused_node[buf.defining_op_name()]
