@@ -15,9 +15,10 @@ of one split read the same buffer at different offsets).
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
 ``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. Where they change every call (a training
-step's activations and gradients can take new addresses each step), a new table is written into one of a few
-page-locked staging buffers and copied from there asynchronously; a staging buffer is written again once the copy
-that read it is done (an event), so a miss allocates no page-locked memory.
+step's activations and gradients can take new addresses each step), a miss rewrites the slot of the least recently
+used table: its row of one page-locked host buffer (once the copy that last read that row is done: an event), then
+its device table, by an asynchronous copy queued behind the kernels that read the old table. Once the cache is
+full a miss allocates nothing, on the device or the host, so steady-state calls hold no memory stock's do not.
 
 CUDA graphs: a graph replays the copy that filled the table, from the same host memory, into the same device memory.
 So a table filled while a graph is being captured comes from one of a few page-locked host / device buffer pairs
@@ -107,7 +108,6 @@ class MemberTable:
         align: int | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
-        staging_buffers: int = 8,
         outside_graph_pools: bool = False,
     ) -> None:
         """``starts`` and ``numels`` None: members of symbolic sizes, whose numels each call gives (``numels=``);
@@ -122,13 +122,15 @@ class MemberTable:
         self.capture_buffers = capture_buffers
         #: the compile uses cudagraph trees: tensors are made on a helper thread (see the module docstring)
         self.outside_graph_pools = outside_graph_pools
-        self._recent: collections.OrderedDict[tuple[object, ...], torch.Tensor] = collections.OrderedDict()
+        #: addresses (and device, numels) -> the slot of their table; slots 0 .. len - 1 are in use
+        self._recent: collections.OrderedDict[tuple[object, ...], int] = collections.OrderedDict()
+        self._tables: list[torch.Tensor] = []
+        #: on a GPU: the page-locked rows the tables are copied from, and per slot the event of its last copy
+        self._host: torch.Tensor | None = None
+        self._copied: list[torch.cuda.Event] = []
+        self._streams: list[torch.cuda.Stream | None] = []  # the stream of each slot's last copy
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-        self.staging_buffers = staging_buffers
-        #: page-locked host buffers new tables are written into, each with the event of the copy that last read it
-        self._staging: list[tuple[torch.Tensor, torch.cuda.Event]] = []
-        self._next_staging = 0
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
         return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.divisors]
@@ -143,15 +145,17 @@ class MemberTable:
                 self._make_capture_buffers(device, len(self._constant_for(numels)) + len(tensors))
             if torch.cuda.is_current_stream_capturing():
                 return self._for_capture(key)
-        table = self._recent.get(key)
-        if table is None:
-            table = self._build(self._constant_for(numels), key[2:], device)
-            self._recent[key] = table
-            if len(self._recent) > self.cache_size:
-                self._recent.popitem(last=False)
+        slot = self._recent.get(key)
+        if slot is None:
+            if len(self._recent) < self.cache_size:
+                slot = len(self._recent)
+            else:
+                slot = self._recent.popitem(last=False)[1]
+            self._write(slot, [*self._constant_for(numels), *self._shifted(key[2:])], device)
+            self._recent[key] = slot
         else:
             self._recent.move_to_end(key)
-        return table
+        return self._tables[slot]
 
     def _constant_for(self, numels: tuple[int, ...] | None) -> list[int]:
         if numels is None:
@@ -159,30 +163,32 @@ class MemberTable:
         padded = [-(-n // self.align) * self.align for n in numels]
         return self._constant([0, *itertools.accumulate(padded[:-1])], list(numels))
 
-    def _build(self, constant: list[int], addresses: tuple[object, ...], device: torch.device) -> torch.Tensor:
-        values = [*constant, *self._shifted(addresses)]
+    def _write(self, slot: int, values: list[int], device: torch.device) -> None:
+        """Make ``values`` the table of ``slot`` (a new slot where ``slot`` is the number of slots so far)."""
         if device.type == "cpu" or self.outside_graph_pools:
             # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
-            host = torch.tensor(values, dtype=torch.int64, device="cpu")
-            if device.type == "cpu":
-                return host
-            return _on_helper_thread(lambda: host.to(device))  # pageable memory: done when it returns
-        host, copied = self._staging_buffer(len(values))
+            table = torch.tensor(values, dtype=torch.int64, device="cpu")
+            if device.type != "cpu":
+                table = _on_helper_thread(lambda: table.to(device))  # pageable memory: done when it returns
+            self._tables[slot : slot + 1] = [table]
+            return
+        if self._host is None:
+            self._host = _registered_host_buffer(self.cache_size * len(values)).view(self.cache_size, len(values))
+        if slot == len(self._tables):
+            self._tables.append(torch.empty(len(values), dtype=torch.int64, device=device))
+            self._copied.append(torch.cuda.Event())
+            self._streams.append(None)
+        host, copied = self._host[slot], self._copied[slot]
+        copied.synchronize()  # the copy that last read this row (at once where there was none)
         packed = array.array("q", values)
         ctypes.memmove(host.data_ptr(), packed.buffer_info()[0], len(values) * packed.itemsize)
-        table = torch.empty(len(values), dtype=torch.int64, device=device)
-        table.copy_(host[: len(values)], non_blocking=True)  # asynchronous: the staging buffer is page-locked
-        copied.record(torch.cuda.current_stream(device))  # the stream the copy was queued on
-        return table
-
-    def _staging_buffer(self, size: int) -> tuple[torch.Tensor, torch.cuda.Event]:
-        """The next staging buffer (of at least ``size`` int64), once the copy that last read it is done."""
-        if not self._staging or self._staging[0][0].numel() < size:
-            self._staging = [(_registered_host_buffer(size), torch.cuda.Event()) for _ in range(self.staging_buffers)]
-        host, copied = self._staging[self._next_staging]
-        self._next_staging = (self._next_staging + 1) % len(self._staging)
-        copied.synchronize()  # at once where it was never recorded, or the copy is long done
-        return host, copied
+        stream = torch.cuda.current_stream(device)
+        if self._streams[slot] not in (None, stream):
+            stream.wait_stream(self._streams[slot])  # its kernels that read this slot's last table
+        # asynchronous (the row is page-locked), and queued behind the kernels that read this slot's last table
+        self._tables[slot].copy_(host, non_blocking=True)
+        copied.record(stream)
+        self._streams[slot] = stream
 
     def _shifted(self, addresses: tuple[object, ...]) -> list[object]:
         if self.byte_offsets is None:

@@ -474,35 +474,56 @@ def test_member_table_is_cached_by_addresses():
     assert table(a, b).tolist() == first.tolist()
 
 
-def test_member_table_misses_reuse_page_locked_staging_buffers_once_their_copy_is_done():
+def test_member_table_misses_rewrite_the_least_recently_used_slot_and_allocate_nothing_once_full():
     """A training step's tensors take new addresses each step (H200, ``table_misses.md``: every table of the
-    layer-norm storm's step, and 11 of the DLRM step's 25, miss on most calls): a miss writes into one of a few
-    registered staging buffers, waits only for the copy that last read it, and allocates no pinned memory."""
+    layer-norm storm's step, and 11 of the DLRM step's 25, miss on most calls): a miss rewrites the slot of the least
+    recently used table, its page-locked row once the copy that last read it is done, its device table by a copy
+    queued behind the kernels that read it (on another stream: after that stream's work). No allocation, device or
+    page-locked, once every slot exists."""
 
-    class Event:
+    class Log:
         def __init__(self):
             self.log = []
 
         def record(self, stream=None):
-            self.log.append("record")
+            self.log.append(("record", stream.name))
 
         def synchronize(self):
             self.log.append("synchronize")
 
-    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, staging_buffers=2)
+        def wait_stream(self, other):
+            self.log.append(("wait", other.name))
+
+    def stream(name):
+        s = Log()
+        s.name = name
+        return s
+
+    def tensor_at(address):
+        t = torch.empty(1, device="meta")
+        t.address = address
+        return t
+
+    registered = []
+    streams = iter([stream("s0")] * 3 + [side := stream("s1")])
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
+    a, b, c = tensor_at(1), tensor_at(2), tensor_at(3)
     with (
-        mock.patch.object(runtime, "_registered_host_buffer", lambda n: torch.zeros(n, dtype=torch.int64)),
-        mock.patch.object(torch.cuda, "Event", Event),
-        mock.patch.object(torch.cuda, "current_stream", lambda device=None: None),
-        mock.patch.object(torch.Tensor, "pin_memory", side_effect=AssertionError("pinned allocation")),
+        mock.patch.object(runtime, "_data_ptr", lambda t: t.address),
+        mock.patch.object(runtime, "_registered_host_buffer", lambda n: registered.append(n) or torch.zeros(n).long()),
+        mock.patch.object(torch.cuda, "Event", Log),
+        mock.patch.object(torch.cuda, "current_stream", lambda device=None: next(streams)),
     ):
-        tables = [table._build(table.constant, pair, torch.device("meta")) for pair in [(1, 2), (3, 4), (5, 6)]]
-    assert [t.shape for t in tables] == [(6,)] * 3 and tables[0].device.type == "meta"
-    (first, first_copy), (second, second_copy) = table._staging
-    assert first.tolist() == [0, 1024, 10, 20, 5, 6]  # the third table went into the first buffer again
-    assert second.tolist() == [0, 1024, 10, 20, 3, 4]
-    assert first_copy.log == ["synchronize", "record", "synchronize", "record"]
-    assert second_copy.log == ["synchronize", "record"]
+        ab, bc = table(a, b), table(b, c)
+        assert table(a, b) is ab  # a hit: (b, c) is now the least recently used
+        ca = table(c, a)  # a miss: rewrites (b, c)'s slot
+        assert ca is bc and table(c, a) is ca
+        assert table(a, c) is ab  # on stream s1: after s0's kernels that read (a, b)'s table
+    assert registered == [2 * 6] and len(table._tables) == 2  # one page-locked buffer, one device table per slot
+    assert table._host.tolist() == [[0, 1024, 10, 20, 1, 3], [0, 1024, 10, 20, 3, 1]]
+    assert table._copied[1].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s0")]
+    assert table._copied[0].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s1")]
+    assert side.log == [("wait", "s0")]
 
 
 @pytest.mark.parametrize("rows", [(3, 3, 3), (1, 2, 1000)])
@@ -562,8 +583,8 @@ def test_member_table_outside_graph_pools_is_made_on_another_thread():
 
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, outside_graph_pools=True)
     with mock.patch.object(torch.Tensor, "to", to):
-        table._build(table.constant, (1, 2), torch.device("meta"))
-    assert made_on == ["optimus_ir-member-table"]
+        table._write(0, [*table.constant, 1, 2], torch.device("meta"))
+    assert made_on == ["optimus_ir-member-table"] and table._tables[0].device.type == "meta"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
