@@ -455,14 +455,22 @@ def _forget(merged: Any, members: list[Any]) -> None:
 class MemoryEstimate:
     """Bytes live at the peak of a schedule, and across each ATen fallback call in it (by node name): a fallback's
     own temporary memory is only guessed (``_fallback_workspace``), so a merge may not raise what is live across
-    one (the flash-attention backward's peak on the GPU) even where the estimated peak stays."""
+    one (the flash-attention backward's peak on the GPU) even where the estimated peak stays.
+
+    A backward's incoming gradients (``tangents_*``) count twice: Inductor's planning holds them for the whole call
+    (``peak``), but where the caller holds no other reference, as AOTAutograd's contiguous copies of them, each is
+    freed after its last reader (``peak_tangents_freed``: a merge that reads them all in one kernel keeps them all
+    alive until it has allocated every output, which one kernel per member does not). A merge may raise neither."""
 
     peak: int
+    peak_tangents_freed: int
     at_fallbacks: dict[str, int]
 
     def no_higher_than(self, before: MemoryEstimate) -> bool:
-        return self.peak <= before.peak and all(
-            live <= before.at_fallbacks.get(name, live) for name, live in self.at_fallbacks.items()
+        return (
+            self.peak <= before.peak
+            and self.peak_tangents_freed <= before.peak_tangents_freed
+            and all(live <= before.at_fallbacks.get(name, live) for name, live in self.at_fallbacks.items())
         )
 
     def versus(self, before: MemoryEstimate) -> str:
@@ -471,6 +479,11 @@ class MemoryEstimate:
             for name, live in self.at_fallbacks.items()
             if live > before.at_fallbacks.get(name, live)
         ]
+        if self.peak <= before.peak and self.peak_tangents_freed > before.peak_tangents_freed:
+            raised.insert(
+                0, f"{before.peak_tangents_freed} → {self.peak_tangents_freed} bytes where the incoming gradients "
+                "are freed after their last reader",
+            )
         return "; ".join([f"{before.peak} → {self.peak} bytes", *raised[:1]])
 
 
@@ -530,12 +543,19 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         views.setdefault(storage, []).append(name)
     allocs: dict[int, int] = {}
     frees: dict[int, int] = {}
+    tangents_live = 0
+    tangent_frees: dict[int, int] = {}
     for name, value in V.graph.graph_inputs.items():  # a backward's saved tensors: live until their last reader
         layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
-        if name in last_read and isinstance(layout, ir.Layout) and not is_nonfreeable_buffers(StarDep(name)):
-            # its own elements, not its storage's: saved views of one buffer (the halves of a split, a weight's
-            # transpose) would count that storage once each, a constant that hid where the real peak is
-            size = bytes_of.allocated(name, layout, own_elements=True)
+        if name not in last_read or not isinstance(layout, ir.Layout):
+            continue
+        # its own elements, not its storage's: saved views of one buffer (the halves of a split, a weight's
+        # transpose) would count that storage once each, a constant that hid where the real peak is
+        size = bytes_of.allocated(name, layout, own_elements=True)
+        if name.removeprefix(f"{V.graph.name}_" if V.graph.name else "").startswith("tangents"):
+            tangents_live += size
+            tangent_frees[last_read[name]] = tangent_frees.get(last_read[name], 0) + size
+        elif not is_nonfreeable_buffers(StarDep(name)):
             allocs[0] = allocs.get(0, 0) + size
             frees[last_read[name]] = frees.get(last_read[name], 0) + size
     last_use = {
@@ -550,7 +570,7 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
             allocs[first_write[storage]] = allocs.get(first_write[storage], 0) + size
         if storage not in taken_over and last_use[storage] is not None:
             frees[last_use[storage]] = frees.get(last_use[storage], 0) + size
-    live = peak = 0
+    live = peak = peak_tangents_freed = 0
     at_fallbacks = {}
     for step, node in enumerate(nodes):
         live += allocs.get(step, 0)
@@ -558,8 +578,10 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         if workspace:
             at_fallbacks[node.get_name()] = live
         peak = max(peak, live + workspace)
+        peak_tangents_freed = max(peak_tangents_freed, live + tangents_live + workspace)
         live -= frees.get(step, 0)
-    return MemoryEstimate(peak, at_fallbacks)
+        tangents_live -= tangent_frees.get(step, 0)
+    return MemoryEstimate(peak, peak_tangents_freed, at_fallbacks)
 
 
 def _taken_over_by_reuse(
