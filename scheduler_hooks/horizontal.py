@@ -494,8 +494,9 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     last reader of it or of its views (graph outputs never); buffers read only inside their own kernel are never
     allocated; an output that Inductor writes in place of an input that dies there takes over its storage.
     Graph inputs belong to the caller, but for those Inductor's wrapper frees (a backward's saved tensors, as
-    Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader. An ATen
-    fallback call peaks at what is live across it plus its guessed workspace."""
+    Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader; a
+    backward's incoming gradients both ways (see :class:`MemoryEstimate`). An ATen fallback call peaks at what is
+    live across it plus its guessed workspace."""
     scheduler = nodes[0].scheduler
     inputs, outputs = OrderedSet(V.graph.graph_inputs), OrderedSet(V.graph.get_output_names())
     planning = (nodes, scheduler.name_to_buf, scheduler.name_to_fused_node, inputs, outputs)
