@@ -150,8 +150,8 @@ def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> fl
     return statistics.median(times)
 
 
-def graph_replay_ms(fn: Callable[[], Any], repeat: int = 50) -> float | None:
-    """Median GPU milliseconds of ``fn`` captured once in a CUDA graph and replayed (launch gaps mostly gone)."""
+def captured_graph(fn: Callable[[], Any]) -> torch.cuda.CUDAGraph | None:
+    """``fn`` captured once in a CUDA graph (after three calls on a side stream), or None where it can't be."""
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -165,7 +165,29 @@ def graph_replay_ms(fn: Callable[[], Any], repeat: int = 50) -> float | None:
     except Exception as error:  # some workloads can't be captured; report, don't fail the run
         print(f"graph capture failed: {error!r}", file=sys.stderr)
         return None
-    return cuda_time_ms(graph.replay, repeat=repeat)
+    return graph
+
+
+def graph_replay_ms(fn: Callable[[], Any], repeat: int = 50) -> float | None:
+    """Median GPU milliseconds of ``fn`` captured once in a CUDA graph and replayed (launch gaps mostly gone)."""
+    graph = captured_graph(fn)
+    return None if graph is None else cuda_time_ms(graph.replay, repeat=repeat)
+
+
+def graph_work_ms(fn: Callable[[], Any], replays: int = 20) -> float | None:
+    """GPU milliseconds of the work in one CUDA-graph replay of ``fn``: the durations of its kernels and copies as
+    the profiler records them, summed (the replay's own launch and the gaps between its nodes left out)."""
+    graph = captured_graph(fn)
+    if graph is None:
+        return None
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    work = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in work) / 1000 / replays
 
 
 def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
@@ -288,6 +310,7 @@ def measure_inference(
         actual, compile_s = timed_first_call(lambda: run(*inputs))
     call = lambda: run(*inputs)  # noqa: E731
     replay = graph_replay_ms(call)
+    work = graph_work_ms(call)
     return {
         "workload": workload,
         "variant": variant.name,
@@ -296,6 +319,8 @@ def measure_inference(
         "graph replay ms": replay,
         "floor ms": floor_ms,
         "replay / floor": replay / floor_ms if replay else None,
+        "replay work ms": work,
+        "work / floor": work / floor_ms if work else None,
         **({"copy ms": copy_ms, "replay / copy": replay / copy_ms if replay else None} if copy_ms else {}),
         "first call s": compile_s,
         "max rel err": max_rel_error(actual, expected),

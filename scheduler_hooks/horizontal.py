@@ -52,6 +52,12 @@ log = logging.getLogger("optimus_ir")
 #: The largest block Inductor's heuristics pick along x (``TRITON_MAX_BLOCK["X"]``): pointwise members are padded
 #: to a multiple of it, so that no block spans two members whatever block size autotuning picks.
 _MAX_XBLOCK = 4096
+#: Bytes each thread of a pointwise member-table kernel loads per tensor, at least. A program first loads its
+#: member's addresses from the table, then its data: more bytes per program hide more of that. H200, hand-written
+#: table kernels (``member_table_blocks.md``): 128 × tanh [256, 512] bf16 22.1 µs per launch with 1024 elements on 4
+#: warps (16 bytes per thread), 20.2 with 2048 (32); fp32 best at 1024 on 4 warps (32 bytes), 512 on 8 warps 42.4
+#: against 35.1 with 2048 on 8 (both configs Inductor's autotuning offers, before and after).
+_BYTES_PER_THREAD = 32
 #: More members than this are split into several groups (the kernel loads one table row per member per block).
 MAX_MEMBERS = 1024
 #: The largest block of rows Inductor's reduction heuristics pick for rows of at least ``_MIN_RNUMEL_FOR_TOTAL_HINT``
@@ -994,11 +1000,21 @@ class MemberTableKernel(TritonKernel):
         )
         if min(self.size_hint_x, TRITON_MAX_BLOCK["X"]) > self.align:  # coordinate descent grows blocks up to that
             one_config["coordinate_descent_tuning"] = False
+        if not self.inside_reduction:
+            self.min_elem_per_thread = max(self.min_elem_per_thread, self._min_elements_per_thread())
         try:
             with config.patch(one_config):
                 return super().codegen_kernel(name)
         finally:
             self.numels["x"] = numel
+
+    def _min_elements_per_thread(self) -> int:
+        """Elements per thread for ``_BYTES_PER_THREAD`` of the widest tensor dtype: the floor Inductor's pointwise
+        configs take (``triton_config``'s ``min_elem_per_thread``), which otherwise give 16-bit kernels half the
+        bytes per thread of fp32 ones (1024 elements on 4 warps)."""
+        _, _, _, arg_types = self.args.python_argdefs()
+        widest = max((t.itemsize for t in arg_types if isinstance(t, torch.dtype)), default=4)
+        return max(1, _BYTES_PER_THREAD // widest)
 
     def codegen_static_numels(self, code: Any) -> None:
         stock = IndentedBuffer()

@@ -1,6 +1,7 @@
 """IdenticalKernelsToMemberTableKernel: where it must merge, where it must not, how it splits groups, and the
 member table the merged kernels read at run time. Golden kernels and their numerics are in test_golden.py."""
 
+import contextlib
 import re
 import sys
 import threading
@@ -607,6 +608,52 @@ def test_member_table_outside_graph_pools_is_made_on_another_thread():
     with mock.patch.object(torch.Tensor, "to", to):
         table._write(0, [*table.constant, 1, 2], torch.device("meta"))
     assert made_on == ["optimus_ir-member-table"] and table._tables[0].device.type == "meta"
+
+
+@pytest.mark.parametrize("relaxed", [True, False], ids=["capture mode relaxed", "no driver library"])
+def test_a_table_made_while_a_graph_is_captured_is_filled_outside_the_graph(relaxed):
+    """During a capture the device table is filled by a blocking copy on a helper thread whose capture mode is
+    relaxed, so replays run the kernel alone; where that mode cannot be set, the copy is captured (asynchronous,
+    from page-locked memory the graph keeps)."""
+    copies = []
+    real_copy = torch.Tensor.copy_
+
+    def copy_(self, src, non_blocking=False):
+        if self.dtype == torch.int64 and src.dtype == torch.int64:
+            copies.append((threading.current_thread().name, non_blocking))
+        return real_copy(self, src)
+
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2)
+    host, device = torch.zeros(6, dtype=torch.int64), torch.zeros(6, dtype=torch.int64)
+    table._unused_capture_buffers = [(host, device)]
+    with (
+        mock.patch.object(runtime, "_relax_capture_mode_of_this_thread", return_value=relaxed),
+        mock.patch.object(torch.cuda, "Stream"),
+        mock.patch.object(torch.cuda, "stream", return_value=contextlib.nullcontext()),
+        mock.patch.object(torch.Tensor, "copy_", copy_),
+    ):
+        filled = table._for_capture((torch.device("cpu"), None, 7, 9))
+    assert filled is device and device.tolist() == [0, 1024, 10, 20, 7, 9]
+    host_row = ("MainThread", False)
+    expected = ("optimus_ir-member-table", False) if relaxed else ("MainThread", True)
+    assert copies == [host_row, expected]
+    assert table._for_capture((torch.device("cpu"), None, 7, 9)) is filled  # the same addresses: the same table
+
+
+@pytest.mark.parametrize("dtype, elements", [(torch.float32, 8), (torch.bfloat16, 16)])
+def test_pointwise_member_table_kernels_take_32_bytes_per_thread(dtype, elements):
+    """The configs of a pointwise member-table kernel give each thread 32 bytes of its widest dtype: 16-bit
+    members 2048 elements on 4 warps where Inductor's heuristics give 1024."""
+
+    def fn(*xs):
+        return [torch.tanh(x) * 2 for x in xs]
+
+    report = compile_report(fn, tuple(torch.randn(64, 256, dtype=dtype) for _ in range(4)))
+    assert len(report.launches) == 1
+    assert f"min_elem_per_thread={elements}\n" in report.kernels[0].source
+    actual, expected, records = _run_in_interpreter(fn, [torch.randn(64, 256, dtype=dtype) for _ in range(4)])
+    assert sum(r.fired for r in records) == 1
+    torch.testing.assert_close(actual, expected)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
