@@ -71,7 +71,8 @@ def run_calls(compiled, streams: list[torch.cuda.Stream]) -> tuple[int, float]:
 
 
 def graph_replays(replays: int = 8) -> tuple[int, float, float]:
-    """The forward captured in a CUDA graph (``torch.cuda.graph``, global capture mode) and replayed with new data
+    """The forward captured in a CUDA graph (``torch.cuda.graph``, global capture mode, on the stream PyTorch's pool
+    would hand out next: a table filled on a pool stream would invalidate the capture) and replayed with new data
     copied into its inputs: the replays whose outputs differ from eager's, the largest absolute difference, and the
     copies per replay besides those inputs' (the member table is filled outside the graph: none)."""
     compiled = torch.compile(fn)
@@ -83,7 +84,10 @@ def graph_replays(replays: int = 8) -> tuple[int, float, float]:
             compiled(*static)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    capture = torch.cuda.Stream()
+    for _ in range(31):  # PyTorch's pool hands out its 32 streams in turn: the next one is `capture` again
+        torch.cuda.Stream()
+    with torch.cuda.graph(graph, stream=capture):
         outputs = compiled(*static)
     mismatches, worst = 0, 0.0
     for step in range(1, replays + 1):

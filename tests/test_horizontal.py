@@ -628,7 +628,7 @@ def test_a_table_made_while_a_graph_is_captured_is_filled_outside_the_graph(rela
     table._unused_capture_buffers = [(host, device)]
     with (
         mock.patch.object(runtime, "_relax_capture_mode_of_this_thread", return_value=relaxed),
-        mock.patch.object(torch.cuda, "Stream"),
+        mock.patch.object(runtime, "_fill_stream"),
         mock.patch.object(torch.cuda, "stream", return_value=contextlib.nullcontext()),
         mock.patch.object(torch.Tensor, "copy_", copy_),
     ):
