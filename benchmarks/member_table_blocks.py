@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,7 +31,14 @@ from triton.language.extra import libdevice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimus_ir.interpret import cpu_triton_interpreter  # noqa: E402
-from measure import copy_bandwidth_bytes_per_ms, header, same_bytes_copy_replay_ms, write_results  # noqa: E402
+from measure import (  # noqa: E402
+    captured_graph,
+    copy_bandwidth_bytes_per_ms,
+    cuda_time_ms,
+    header,
+    same_bytes_copy_replay_ms,
+    write_results,
+)
 
 
 @triton.jit
@@ -162,27 +168,12 @@ def layer_norm_launchers(n: int, rows: int, cols: int, device: str, configs):
 
 def replay_us(launch, launches: int = 20, repeat: int = 30) -> float:
     """Median µs per launch of a CUDA graph of ``launches`` launches, replayed ``repeat`` times."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            launch()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def in_a_row() -> None:
         for _ in range(launches):
             launch()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / launches)
-    return statistics.median(times)
+
+    return cuda_time_ms(captured_graph(in_a_row).replay, repeat=repeat) * 1000 / launches
 
 
 POINTWISE_CONFIGS = [(512, 8), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (4096, 16)]
