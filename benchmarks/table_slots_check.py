@@ -8,8 +8,9 @@ one compiled function (12 tanh members of 7 row counts, its forward and backward
 slots, each call with new tensors at new addresses, without synchronizing between calls, and checks every call's
 outputs and gradients against eager. Scenarios: all calls on the default stream; calls alternating between two
 streams (a slot last read on the other stream); the forward captured in a CUDA graph and replayed with new data
-(the table filled outside the graph: no copy in a replay); and the peak memory of a warm call against stock Inductor's. Last,
-the host time of one table lookup that hits and of one that misses, for tables of 8 to 256 tensors.
+(the table filled outside the graph: no copy in a replay); and the peak memory of a warm call against stock
+Inductor's. Last, the host time of one table lookup that hits and of one that misses, for tables of 8 to 256
+tensors.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ _MAX_XBLOCK = 4096
 #: Bytes each thread of a pointwise member-table kernel loads per tensor, at least. A program first loads its
 #: member's addresses from the table, then its data: more bytes per program hide more of that. H200, hand-written
 #: table kernels (``member_table_blocks.md``): 128 × tanh [256, 512] bf16 22.1 µs per launch with 1024 elements on 4
-#: warps (16 bytes per thread), 20.2 with 2048 (32); fp32 best at 1024 on 4 warps (32 bytes), 512 on 8 warps 42.4
-#: against 35.1 with 2048 on 8 (both configs Inductor's autotuning offers, before and after).
+#: warps (16 bytes per thread), 20.2 with 2048 (32). fp32 is best at 1024 on 4 warps (32 bytes), which it keeps;
+#: the other config Inductor's autotuning tries becomes 2048 on 8 warps (35.1 µs) instead of 512 on 8 (42.4).
 _BYTES_PER_THREAD = 32
 #: More members than this are split into several groups (the kernel loads one table row per member per block).
 MAX_MEMBERS = 1024
