@@ -2,7 +2,7 @@
 workloads), what the member tables cost there. For each case: microseconds of host time per call (a loop of calls
 timed on the host, the GPU never the bottleneck for these sizes: checked by the replay column of suite.py), how
 much of it is spent inside Inductor's compiled graphs (the rest is Dynamo's guards and AOTAutograd's wrappers), and
-how many member tables were built per call (a table is built only when its tensors' addresses are new).
+how many member tables were written per call (a table is written only when its tensors' addresses are new).
 
     python benchmarks/host_overhead.py --out DIR [--only multitask tanh_storm]
 """
@@ -31,10 +31,10 @@ CASES = [Case(name, "small", "fp32", "inference") for name in ("multitask", "tan
 WARMUP, CALLS = 20, 300
 
 
-def counting_table_builds() -> Any:
-    """``MemberTable._build`` patched to count its calls (``.call_count``): the tables built, not taken from the
-    cache."""
-    return mock.patch.object(MemberTable, "_build", autospec=True, side_effect=MemberTable._build)
+def counting_table_writes() -> Any:
+    """``MemberTable._write`` patched to count its calls (``.call_count``): the tables written (a lookup that
+    missed the cache), not taken from it."""
+    return mock.patch.object(MemberTable, "_write", autospec=True, side_effect=MemberTable._write)
 
 
 def host_us_per_call(call, calls: int = CALLS) -> float:
@@ -85,7 +85,7 @@ def main() -> None:
             torch._dynamo.reset()
             with cold_compile(), variant_context(variant):
                 call, _, _ = prepare(case, variant.compile)
-                with counting_table_builds() as builds:
+                with counting_table_writes() as writes:
                     us = host_us_per_call(call)
                 inside_us = inductor_call_us_per_call(call)
                 if args.profile and variant.name == "optimus_ir":
@@ -93,7 +93,7 @@ def main() -> None:
             rows.append({
                 "workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
                 "in Inductor's call us": round(inside_us, 1),
-                "tables built/call": round(builds.call_count / (WARMUP + CALLS), 3),
+                "tables written/call": round(writes.call_count / (WARMUP + CALLS), 3),
             })
             print(rows[-1], flush=True)
     write_results(args.out, "host_overhead", header(" ".join(sys.argv)), rows, list(rows[0]))

@@ -1,6 +1,6 @@
 """Where a call's time goes, stock Inductor against optimus_ir, for cases whose time per call differs more than
 their GPU time does: the suite's per-call timing (CUDA events around each call, synchronized), host time of a loop
-of calls, member tables built per call, and a profile of synchronized calls (host ops and GPU kernels).
+of calls, member tables written per call, and a profile of synchronized calls (host ops and GPU kernels).
 
     python benchmarks/per_call_profile.py --out DIR --cases multitask/small/fp32/inference \
         [--order optimus_ir stock optimus_ir stock]
@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_overhead import counting_table_builds, host_us_per_call  # noqa: E402
+from host_overhead import counting_table_writes, host_us_per_call  # noqa: E402
 from measure import VARIANTS, cold_compile, cuda_time_ms, header, variant_context, write_results  # noqa: E402
 from suite import _case, prepare  # noqa: E402
 
@@ -59,9 +59,9 @@ def main() -> None:
     for case in args.cases:
         for position, variant in enumerate(variants[name] for name in args.order):
             torch._dynamo.reset()
-            with cold_compile(), variant_context(variant), counting_table_builds() as builds:
+            with cold_compile(), variant_context(variant), counting_table_writes() as writes:
                 call, _, _ = prepare(case, variant.compile)
-                built_at_compile = builds.call_count
+                written_at_compile = writes.call_count
                 synced_ms = cuda_time_ms(call)
                 host_us = host_us_per_call(call)
                 synced_again_ms = cuda_time_ms(call)
@@ -76,7 +76,7 @@ def main() -> None:
                     "ms/call (synchronized)": synced_ms,
                     "host us/call (loop)": host_us,
                     "ms/call (synchronized, again)": synced_again_ms,
-                    "tables built after the first call": builds.call_count - built_at_compile,
+                    "tables written after the first call": writes.call_count - written_at_compile,
                 }
             )
             print(rows[-1], flush=True)

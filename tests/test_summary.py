@@ -1,8 +1,11 @@
-"""benchmarks/summary.py: which run each case comes from, and what it reports against optimus_ir."""
+"""benchmarks/summary.py: which run each case comes from, and what it reports against optimus_ir; the other
+benchmark scripts' hooks into optimus_ir."""
 
 import json
 import sys
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
@@ -43,3 +46,17 @@ def test_findings_report_slowdowns_memory_and_errors_beyond_noise_and_tolerance(
     within_bf16_tolerance = {"stock": _row("stock", 1.0, err=1e-6), "optimus_ir": _row("optimus_ir", 1.0, err=3e-3)}
     assert summary.findings(case, within_bf16_tolerance) == []
     assert summary.findings(("dlrm", "small", "fp32", "inference"), within_bf16_tolerance)
+
+
+def test_the_benchmarks_count_member_table_writes_through_a_method_the_table_has():
+    """host_overhead.py and per_call_profile.py count misses by patching ``MemberTable._write``."""
+    import host_overhead
+    from optimus_ir.runtime import MemberTable
+
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2)
+    a, b = torch.zeros(1), torch.zeros(1)
+    with host_overhead.counting_table_writes() as writes:
+        table(a, b)
+        table(a, b)
+        table(b, a)
+    assert writes.call_count == 2
