@@ -11,7 +11,6 @@ For every golden case (tests/cases.py):
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import optimus_ir  # noqa: E402
 from cases import CASES, backward_with_same_grads  # noqa: E402
 from golden import GOLDEN_DIR, render  # noqa: E402
-from measure import header, write_results  # noqa: E402
+from measure import gpu_check_out_dir, header, write_results  # noqa: E402
 from optimus_ir.inspect import report_for  # noqa: E402
 from optimus_ir.registry import recording  # noqa: E402
 
@@ -71,10 +70,7 @@ def check_numerics(case) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    assert torch.cuda.is_available(), "run this on a GPU machine"
+    out = gpu_check_out_dir()
     rows = []
     for case in CASES:
         row = check_kernels(case) | check_numerics(case)
@@ -83,7 +79,7 @@ def main() -> None:
         if row["diff"]:
             print(row["diff"])
     columns = ["case", "launches real", "launches virtual", "virtual == real", "golden == real", "numerics ok", "error"]
-    write_results(args.out, "gpu_check", header(" ".join(sys.argv)), rows, columns)
+    write_results(out, "gpu_check", header(" ".join(sys.argv)), rows, columns)
     sys.exit(0 if all(r["virtual == real"] and r["numerics ok"] for r in rows) else 1)
 
 

@@ -5,6 +5,7 @@ same process, one after the other, so the numbers compare.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import datetime
@@ -246,6 +247,15 @@ def all_finite(output: Any) -> bool:
 
 def _tensors(output: Any) -> list[Any]:
     return list(output) if isinstance(output, (tuple, list)) else [output]
+
+
+def gpu_check_out_dir() -> Path:
+    """The ``--out`` directory of a GPU check script's command line; the check needs a GPU machine."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    out = parser.parse_args().out
+    assert torch.cuda.is_available(), "run this on a GPU machine"
+    return out
 
 
 def header(command: str) -> dict[str, Any]:

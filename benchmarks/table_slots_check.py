@@ -15,7 +15,6 @@ tensors.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import optimus_ir  # noqa: E402
-from measure import cold_compile, header, peak_memory_bytes, write_results  # noqa: E402
+from measure import cold_compile, gpu_check_out_dir, header, peak_memory_bytes, write_results  # noqa: E402
 from optimus_ir.registry import recording  # noqa: E402
 from optimus_ir.runtime import MemberTable  # noqa: E402
 
@@ -139,10 +138,7 @@ def lookup_host_us(tensors: int, hit: bool, calls: int = 2000) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    assert torch.cuda.is_available(), "run this on a GPU machine"
+    out = gpu_check_out_dir()
     rows = []
     for name, streams in (
         ("default stream", [torch.cuda.current_stream()]),
@@ -171,7 +167,7 @@ def main() -> None:
         print(rows[-1], flush=True)
     columns = ["scenario", "calls", "merges fired", "mismatched calls", "max abs diff", "copies per replay",
                "peak MiB", "host us"]
-    write_results(args.out, "table_slots_check", header(" ".join(sys.argv)), rows, columns)
+    write_results(out, "table_slots_check", header(" ".join(sys.argv)), rows, columns)
     ok = all(r["mismatched calls"] in ("", 0) for r in rows) and all(r["merges fired"] != 0 for r in rows)
     ok = ok and copies == 0
     sys.exit(0 if ok and ours <= stock else 1)
