@@ -1,7 +1,11 @@
-"""First-call (cold compile) seconds of real models, stock Inductor and optimus_ir alternating (S O O S S O O S), to
-tell a real compile-time cost from the spread of single cold compiles on one machine.
+"""First-call (cold compile) seconds of real models (inference) or of the suite's cases, stock Inductor and
+optimus_ir alternating (S O O S S O O S), to tell a real compile-time cost from the spread of single cold compiles
+on one machine.
 
-    python benchmarks/first_call_repeats.py --out DIR llama convnext_tiny
+    python benchmarks/first_call_repeats.py --out DIR llama convnext_tiny layernorm_storm/large/fp32/training
+
+A suite case's first call is the suite's (:func:`suite.prepare`): a training case compiles its whole training step.
+The results are rewritten after each model or case.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import VARIANTS, cold_compile, header, variant_context, write_results  # noqa: E402
 from real_models import _models  # noqa: E402
+from suite import _case, prepare  # noqa: E402
 
 from optimus_ir.registry import recording  # noqa: E402
 
@@ -32,29 +38,52 @@ def main() -> None:
     models = {name: (build, make_inputs) for name, build, make_inputs in _models()}
     rows = []
     for name in args.models:
-        build, make_inputs = models[name]
-        torch.manual_seed(0)
-        module = build().eval().cuda()
-        inputs = tuple(t.cuda() for t in make_inputs())
+        first_call = _suite_first_call(name) if "/" in name else _model_first_call(*models[name])
         seconds: dict[str, list[float]] = {"stock": [], "optimus_ir": []}
-        with torch.no_grad():
-            module(*inputs)
-            for letter in ORDER:
-                variant = variants["stock" if letter == "S" else "optimus_ir"]
-                with cold_compile(), variant_context(variant), recording() as records:
-                    compiled = torch.compile(module)
-                    torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    compiled(*inputs)
-                    torch.cuda.synchronize()
-                    seconds[variant.name].append(time.perf_counter() - start)
-                print(name, variant.name, f"{seconds[variant.name][-1]:.2f} s",
-                      f"fired {sum(r.fired for r in records)}", flush=True)
+        for letter in ORDER:
+            variant = variants["stock" if letter == "S" else "optimus_ir"]
+            with cold_compile(), variant_context(variant), recording() as records:
+                seconds[variant.name].append(first_call())
+            print(name, variant.name, f"{seconds[variant.name][-1]:.2f} s",
+                  f"fired {sum(r.fired for r in records)}", flush=True)
         for variant_name, values in seconds.items():
             rows.append({
                 "model": name, "variant": variant_name, "first call s, each": " ".join(f"{v:.2f}" for v in values),
                 "median s": statistics.median(values), "min s": min(values), "max s": max(values),
             })
+        write_results(args.out, "first_call_repeats", header(" ".join(sys.argv)), rows, list(rows[0]))
+
+
+def _model_first_call(build: Callable[[], torch.nn.Module], make_inputs: Callable[[], tuple]) -> Callable[[], float]:
+    """Seconds of a real model's first call in inference, compiled in the current settings."""
+    torch.manual_seed(0)
+    module = build().eval().cuda()
+    inputs = tuple(t.cuda() for t in make_inputs())
+    with torch.no_grad():
+        module(*inputs)
+
+    def first_call() -> float:
+        with torch.no_grad():
+            compiled = torch.compile(module)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            compiled(*inputs)
+            torch.cuda.synchronize()
+            return time.perf_counter() - start
+
+    return first_call
+
+
+def _suite_first_call(text: str) -> Callable[[], float]:
+    """Seconds of a suite case's first call, compiled in the current settings (a fresh model each time)."""
+    case = _case(text)
+
+    def first_call() -> float:
+        return prepare(case, compiled=True)[2]
+
+    return first_call
+
+
     write_results(args.out, "first_call_repeats", header(" ".join(sys.argv)), rows, list(rows[0]))
 
 
