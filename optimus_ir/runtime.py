@@ -11,7 +11,9 @@ elements it has, and the address of each of its tensors are read from one int64 
     * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
-of one split read the same buffer at different offsets).
+of one split read the same buffer at different offsets). Where every member's tensor of a slot is a view of one
+allocation (outputs an inference graph returns), the call passes that allocation once (``spans``) and each
+member's address is its start plus the member's offset: one address read per slot, not one per member.
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
 ``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. Where they change every call (a training
@@ -163,6 +165,7 @@ class MemberTable:
         numels: list[int] | None,
         pad_to: int,
         byte_offsets: list[int] | None = None,
+        spans: list[int] | None = None,
         divisors: list[int] | None = None,
         align: int | None = None,
         cache_size: int = 16,
@@ -175,8 +178,11 @@ class MemberTable:
         self.divisors = list(divisors or ())
         self.align = align
         self.constant = None if numels is None else self._constant(starts, numels)
-        #: added to each tensor's address: a member may read its buffer at an offset the shared body does not add
+        #: added to each member's address: a member may read its buffer at an offset the shared body does not add
         self.byte_offsets = byte_offsets
+        #: how many members' addresses each tensor of a call gives (its address repeated; ``byte_offsets`` tell
+        #: them apart): N for one allocation of a slot's N members, 1 for a member's own tensor; None: all 1
+        self.spans = spans
         self.cache_size = cache_size
         self.capture_buffers = capture_buffers
         #: the compile uses cudagraph trees: tensors are made on a helper thread (see the module docstring)
@@ -195,13 +201,14 @@ class MemberTable:
         return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.divisors]
 
     def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
-        """The table for one call: ``tensors`` are slot 0 of every member, then slot 1 of every member, ...;
+        """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see
+        ``spans``), then slot 1 of every member, ...;
         ``numels``: the members' numels, for a table made without them (symbolic sizes)."""
         device = tensors[0].device
         key = (device, numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if device.type == "cuda":
             if self._unused_capture_buffers is None:
-                self._make_capture_buffers(device, len(self._constant_for(numels)) + len(tensors))
+                self._make_capture_buffers(device, len(self._constant_for(numels)) + self._addresses(len(tensors)))
             if torch.cuda.is_current_stream_capturing():
                 return self._for_capture(key)
         slot = self._recent.get(key)
@@ -249,7 +256,14 @@ class MemberTable:
         copied.record(stream)
         self._streams[slot] = stream
 
+    def _addresses(self, tensors: int) -> int:
+        """How many addresses the table holds for a call given ``tensors`` tensors."""
+        return tensors if self.spans is None else sum(self.spans)
+
     def _shifted(self, addresses: tuple[object, ...]) -> list[object]:
+        """Each member's address in each slot, from the addresses of the tensors a call gives."""
+        if self.spans is not None:
+            addresses = [address for address, span in zip(addresses, self.spans) for _ in range(span)]
         if self.byte_offsets is None:
             return list(addresses)
         return [address + offset for address, offset in zip(addresses, self.byte_offsets)]
@@ -272,7 +286,7 @@ class MemberTable:
             return table
         constant = self._constant_for(key[1])
         if not self._unused_capture_buffers and self.outside_graph_pools:
-            self._make_capture_buffers(key[0], len(constant) + len(key) - 2, count=1)
+            self._make_capture_buffers(key[0], len(constant) + self._addresses(len(key) - 2), count=1)
         if not self._unused_capture_buffers:
             raise RuntimeError(
                 f"optimus_ir: more than {self.capture_buffers} CUDA graphs captured with different addresses for one "

@@ -848,7 +848,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         return
     kernel_name = backend.define_kernel(src_code, schedule, kernel)
     kernel.kernel_name = kernel_name
-    _allocate_returned_outputs_together(kernel_name, members, structures)
+    kernel.outputs_together = _allocate_returned_outputs_together(kernel_name, members, structures)
     with V.set_kernel_handler(kernel):
         for member in members:
             for node in member.get_nodes():
@@ -926,17 +926,22 @@ def _over_flat_index(
             snode._body, snode._sizes = body, sizes
 
 
-def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], structures: list[Structure]) -> None:
+def _allocate_returned_outputs_together(
+    kernel_name: str, members: list[Any], structures: list[Structure]
+) -> dict[str, tuple[str, list[int]]]:
     """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
     (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
-    ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer.
+    ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer. Returns, by the
+    first member's buffer of each such slot, the allocation and where each member's view starts in it (bytes): the
+    member table is given the allocation alone (one address to read per call, not one per member).
 
     Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
     time per call than separate tensors (H200, 128 × tanh under ``mode="reduce-overhead"``: 989 µs with views
     against stock's 323, 468 µs without against stock's 257 in a later run; ``reduce_overhead_probe*.txt`` of
     2026-11-30)."""
+    together: dict[str, tuple[str, list[int]]] = {}
     if not V.graph.is_inference or structures[0].numel_expr is not None or _cudagraph_trees():
-        return  # training outputs are saved for the backward: keep them separate tensors; symbolic sizes: not here
+        return together  # training outputs are saved for the backward: separate tensors; symbolic sizes: not here
     wrapper = V.graph.wrapper_code
     outputs = set(V.graph.get_output_names())
     for slot in range(len(structures[0].slots)):
@@ -969,8 +974,10 @@ def _allocate_returned_outputs_together(kernel_name: str, members: list[Any], st
         storage = f"{kernel_name}_out{slot}"
         wrapper.writeline(wrapper.make_allocation(storage, layouts[0].device, layouts[0].dtype, whole, stride))
         wrapper.writeline(f"{', '.join(names)}, = {storage}{views}")
-        wrapper.writeline(f"del {storage}")
         wrapper.allocated.update(names)
+        sizes = [math.prod(shape) * itemsize for shape in shapes]
+        together[names[0]] = (storage, [sum(sizes[:i]) for i in range(len(sizes))])
+    return together
 
 
 def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
@@ -1024,6 +1031,9 @@ class MemberTableKernel(TritonKernel):
         self.total = sum(padded)
         self.uniform = len(set(numels)) == 1 and not self.symbolic
         self.pad_to = 1 << (len(numels) - 1).bit_length()
+        #: by the first member's buffer of a slot: the one allocation all members' buffers of it are views of, and
+        #: where each view starts in it (bytes); see ``_allocate_returned_outputs_together``
+        self.outputs_together: dict[str, tuple[str, list[int]]] = {}
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
         self.size_hint_x = self._size_hint_x(reduction)
 
@@ -1158,14 +1168,23 @@ class MemberTableKernel(TritonKernel):
         argdefs = [a.name for a in argdefs]
         tensor_args = {arg for arg, _ in self._tensor_args()}
         table = f"{name}_members_{self.call_site}"
-        by_slot, byte_offsets = [], []
+        by_slot, byte_offsets, spans = [], [], []
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
                 members = self._members_of_slot(outer)
-                by_slot.extend(name for name, _ in members)
-                byte_offsets.extend(offset for _, offset in members)
+                together = self.outputs_together.get(members[0][0])
+                if together is None:
+                    by_slot.extend(name for name, _ in members)
+                    spans.extend([1] * len(members))
+                    byte_offsets.extend(offset for _, offset in members)
+                else:  # one allocation, each member's buffer a view of it (their offsets within it are 0)
+                    by_slot.append(together[0])
+                    spans.append(len(members))
+                    byte_offsets.extend(together[1])
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        if len(spans) < len(byte_offsets):
+            options += f", spans={spans!r}"
         call_options, total = "", str(self.total)
         if self.symbolic:  # where members start is known per call: the table is filled from their numels
             exprs = [s.numel_expr for s in self.structures]
@@ -1183,6 +1202,8 @@ class MemberTableKernel(TritonKernel):
         starts = None if self.symbolic else self.starts
         wrapper.header.writeline(f"{table} = MemberTable({starts!r}, {numels!r}, {self.pad_to}{options})")
         wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)}{call_options})")
+        for storage, _ in self.outputs_together.values():
+            wrapper.writeline(f"del {storage}")
         call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)
         self.add_numel_to_call_args(name, call_args, arg_types)

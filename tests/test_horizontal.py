@@ -503,6 +503,29 @@ def test_member_table_adds_each_members_byte_offset_to_its_address():
     assert values[4:] == [x.data_ptr(), x.data_ptr() + 64, y0.data_ptr(), y1.data_ptr()]
 
 
+def test_member_table_takes_one_allocation_for_a_slot_of_views():
+    # slot 1 (the outputs) is one allocation of both members' outputs: passed once, its address read once per call
+    table = MemberTable(starts=[0, 1024], numels=[16, 16], pad_to=2, byte_offsets=[0, 0, 0, 64], spans=[1, 1, 2])
+    x0, x1, whole = torch.zeros(16), torch.zeros(16), torch.zeros(32)
+    values = table(x0, x1, whole).tolist()
+    assert values[4:] == [x0.data_ptr(), x1.data_ptr(), whole.data_ptr(), whole.data_ptr() + 64]
+    assert table(x0, x1, whole) is table(x0, x1, whole)  # cached by the three addresses
+
+
+def test_returned_outputs_give_the_member_table_their_one_allocation():
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = [torch.randn(rows, 64) for rows in (32, 32, 64, 16)]
+    wrapper = compile_report(fn, tuple(inputs), passes="horizontal").wrapper
+    (call,) = re.findall(r"_members_\w+_now = \w+\((.*)\)", wrapper)
+    assert call.split(", ")[4:] == ["triton_poi_fused_tanh_0_out1"]  # the four inputs, then one allocation
+    assert "spans=[1, 1, 1, 1, 4]" in wrapper
+    assert "byte_offsets=[0, 0, 0, 0, 0, 16384, 24576, 32768]" in wrapper  # largest first: 64, 32, 32, 16 rows
+    actual, expected, _ = _run_in_interpreter(fn, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
 def test_member_table_is_cached_by_addresses():
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
     a, b, c = torch.zeros(1), torch.zeros(1), torch.zeros(1)
