@@ -4,7 +4,8 @@ optimus_ir in one run, plus correctness under CUDA graphs (``mode="reduce-overhe
     python benchmarks/horizontal_bench.py --out benchmarks/results/<date>
 
 For each workload and variant: kernels per call (profiler), time per call (CUDA events, median), GPU time under
-CUDA-graph replay (and the work in a replay: its kernels' and copies' durations, without the graph's own launch),
+CUDA-graph replay (each replay timed alone; replays queued back to back, where each one's launch overlaps the one
+before; and the work in a replay: its kernels' and copies' durations, without the graph's own launch),
 compile time (first call), max relative error against eager, and the memory floor (bytes in +
 out over the device-to-device copy bandwidth of a 2 GiB copy measured in the same run), the replay time of one
 copy of the workload's bytes (what one kernel moving them takes at that size), and the replay time of stock
@@ -34,6 +35,7 @@ from measure import (  # noqa: E402
     measure_inference,
     measure_training_step,
     graph_replay_ms,
+    graph_replays_back_to_back_ms,
     graph_work_ms,
     same_bytes_copy_replay_ms,
     write_results,
@@ -108,15 +110,16 @@ def _as_one_tensor(fn: Callable, inputs: list[torch.Tensor]) -> tuple[torch.Tens
     return (torch.cat(inputs),)
 
 
-def one_tensor_replay_ms(fn: Callable, inputs: list[torch.Tensor]) -> tuple[float | None, float | None]:
+def one_tensor_replay_ms(fn: Callable, inputs: list[torch.Tensor]) -> tuple[float | None, ...]:
     """GPU ms under CUDA-graph replay of stock Inductor's kernel for ``fn`` on one tensor of all members' rows: the
-    replay, and the work in it (:func:`graph_work_ms`)."""
+    replay, the work in it (:func:`graph_work_ms`) and a replay among replays queued back to back."""
     args = _as_one_tensor(fn, inputs)
     torch._dynamo.reset()
     with optimus_ir.enabled(None):
         run = torch.compile(fn)
         run(*args)
-        return graph_replay_ms(lambda: run(*args)), graph_work_ms(lambda: run(*args))
+        call = lambda: run(*args)  # noqa: E731
+        return graph_replay_ms(call), graph_work_ms(call), graph_replays_back_to_back_ms(call)
 
 
 def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict]:
@@ -128,7 +131,7 @@ def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
         copy_ms = same_bytes_copy_replay_ms(_bytes(inputs) + _bytes(expected))
-        one_tensor_ms, one_tensor_work_ms = one_tensor_replay_ms(fn, inputs)
+        one_tensor_ms, one_tensor_work_ms, one_tensor_back_to_back_ms = one_tensor_replay_ms(fn, inputs)
         workload = f"{name} {str(dtype).removeprefix('torch.')}"
         for variant in VARIANTS:
             row = measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms, copy_ms)
@@ -138,6 +141,7 @@ def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict
             row["one tensor (stock) work ms"] = one_tensor_work_ms
             work = row["replay work ms"]
             row["work / one tensor"] = work / one_tensor_work_ms if work and one_tensor_work_ms else None
+            row["one tensor (stock) back to back ms"] = one_tensor_back_to_back_ms
             rows.append(row)
             print(rows[-1], flush=True)
     return rows

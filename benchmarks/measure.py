@@ -175,6 +175,27 @@ def graph_replay_ms(fn: Callable[[], Any], repeat: int = 50) -> float | None:
     return None if graph is None else cuda_time_ms(graph.replay, repeat=repeat)
 
 
+def graph_replays_back_to_back_ms(fn: Callable[[], Any], replays: int = 20, repeat: int = 10) -> float | None:
+    """Median GPU milliseconds per replay of ``fn`` captured in a CUDA graph, ``replays`` replays queued back to
+    back between two events: the GPU time a replay takes in a steady stream of them, where each replay's launch
+    overlaps the one before it (:func:`graph_replay_ms` times each replay alone, its launch latency in)."""
+    graph = captured_graph(fn)
+    if graph is None:
+        return None
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return statistics.median(times)
+
+
 def graph_work_ms(fn: Callable[[], Any], replays: int = 20) -> float | None:
     """GPU milliseconds of the work in one CUDA-graph replay of ``fn``: the durations of its kernels and copies as
     the profiler records them, summed (the replay's own launch and the gaps between its nodes left out)."""
@@ -320,6 +341,7 @@ def measure_inference(
         actual, compile_s = timed_first_call(lambda: run(*inputs))
     call = lambda: run(*inputs)  # noqa: E731
     replay = graph_replay_ms(call)
+    back_to_back = graph_replays_back_to_back_ms(call)
     work = graph_work_ms(call)
     return {
         "workload": workload,
@@ -329,6 +351,8 @@ def measure_inference(
         "graph replay ms": replay,
         "floor ms": floor_ms,
         "replay / floor": replay / floor_ms if replay else None,
+        "replay back to back ms": back_to_back,
+        "back to back / floor": back_to_back / floor_ms if back_to_back else None,
         "replay work ms": work,
         "work / floor": work / floor_ms if work else None,
         **({"copy ms": copy_ms, "replay / copy": replay / copy_ms if replay else None} if copy_ms else {}),
