@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import operator
@@ -368,7 +369,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                     f"peak before where incoming gradients are freed after their last reader "
                     f"({estimate.peak_tangents_freed})"
                 )
-                record(self.name, False, [m.get_name() for m in members], f"live while one kernel runs them: {above}: split in two")
+                record(
+                    self.name, False, [m.get_name() for m in members],
+                    f"live while one kernel runs them: {above}: split in two",
+                )
                 to_try.extend((half, reduction) for half in _halves(part))
             elif estimated + len(nodes) > MAX_ESTIMATED_NODES:
                 record(
@@ -976,7 +980,7 @@ def _allocate_returned_outputs_together(
         wrapper.writeline(f"{', '.join(names)}, = {storage}{views}")
         wrapper.allocated.update(names)
         sizes = [math.prod(shape) * itemsize for shape in shapes]
-        together[names[0]] = (storage, [sum(sizes[:i]) for i in range(len(sizes))])
+        together[names[0]] = (storage, [0, *itertools.accumulate(sizes[:-1])])
     return together
 
 
