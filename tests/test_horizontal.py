@@ -427,6 +427,12 @@ def test_a_backward_merge_may_not_keep_the_incoming_gradients_alive_longer():
         "12451840 bytes of their own inputs, outputs and incoming gradients, above the peak before where incoming "
         "gradients are freed after their last reader (8323072)"
     ) in _rejected(report)[0].detail
+    with mock.patch.object(horizontal, "_live_while_running", return_value=(0, 0)):
+        estimated = compile_report(fn, inputs, passes="horizontal")
+    assert "8323072 → 12451840 bytes where the incoming gradients are freed after their last reader" in (
+        _rejected(estimated)[0].detail
+    )
+    assert len(estimated.graphs[1].launches) == len(backward.launches)
 
 
 def test_more_members_than_the_limit_are_split_into_several_groups():
