@@ -84,8 +84,5 @@ def _suite_first_call(text: str) -> Callable[[], float]:
     return first_call
 
 
-    write_results(args.out, "first_call_repeats", header(" ".join(sys.argv)), rows, list(rows[0]))
-
-
 if __name__ == "__main__":
     main()

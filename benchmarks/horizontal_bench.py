@@ -34,9 +34,7 @@ from measure import (  # noqa: E402
     max_rel_error,
     measure_inference,
     measure_training_step,
-    graph_replay_ms,
-    graph_replays_back_to_back_ms,
-    graph_work_ms,
+    graph_replay_measures,
     same_bytes_copy_replay_ms,
     write_results,
 )
@@ -111,15 +109,14 @@ def _as_one_tensor(fn: Callable, inputs: list[torch.Tensor]) -> tuple[torch.Tens
 
 
 def one_tensor_replay_ms(fn: Callable, inputs: list[torch.Tensor]) -> tuple[float | None, ...]:
-    """GPU ms under CUDA-graph replay of stock Inductor's kernel for ``fn`` on one tensor of all members' rows: the
-    replay, the work in it (:func:`graph_work_ms`) and a replay among replays queued back to back."""
+    """GPU ms under CUDA-graph replay of stock Inductor's kernel for ``fn`` on one tensor of all members' rows: a
+    replay alone, among replays queued back to back, and the work in it (:func:`graph_replay_measures`)."""
     args = _as_one_tensor(fn, inputs)
     torch._dynamo.reset()
     with optimus_ir.enabled(None):
         run = torch.compile(fn)
         run(*args)
-        call = lambda: run(*args)  # noqa: E731
-        return graph_replay_ms(call), graph_work_ms(call), graph_replays_back_to_back_ms(call)
+        return graph_replay_measures(lambda: run(*args))
 
 
 def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict]:
@@ -131,7 +128,7 @@ def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict
         expected = fn(*inputs)
         floor_ms = (_bytes(inputs) + _bytes(expected)) / bandwidth
         copy_ms = same_bytes_copy_replay_ms(_bytes(inputs) + _bytes(expected))
-        one_tensor_ms, one_tensor_work_ms, one_tensor_back_to_back_ms = one_tensor_replay_ms(fn, inputs)
+        one_tensor_ms, one_tensor_back_to_back_ms, one_tensor_work_ms = one_tensor_replay_ms(fn, inputs)
         workload = f"{name} {str(dtype).removeprefix('torch.')}"
         for variant in VARIANTS:
             row = measure_inference(workload, variant, fn, tuple(inputs), expected, floor_ms, copy_ms)

@@ -175,13 +175,18 @@ def graph_replay_ms(fn: Callable[[], Any], repeat: int = 50) -> float | None:
     return None if graph is None else cuda_time_ms(graph.replay, repeat=repeat)
 
 
-def graph_replays_back_to_back_ms(fn: Callable[[], Any], replays: int = 20, repeat: int = 10) -> float | None:
-    """Median GPU milliseconds per replay of ``fn`` captured in a CUDA graph, ``replays`` replays queued back to
-    back between two events: the GPU time a replay takes in a steady stream of them, where each replay's launch
-    overlaps the one before it (:func:`graph_replay_ms` times each replay alone, its launch latency in)."""
+def graph_replay_measures(fn: Callable[[], Any]) -> tuple[float | None, float | None, float | None]:
+    """``fn`` captured once in a CUDA graph: median GPU milliseconds of a replay timed alone (its launch latency
+    in), of a replay among replays queued back to back (each one's launch overlapping the one before), and of the
+    work in a replay (its kernels' and copies' durations as the profiler records them, the replay's own launch and
+    the gaps between its nodes left out). Nones where it can't be captured."""
     graph = captured_graph(fn)
     if graph is None:
-        return None
+        return None, None, None
+    return cuda_time_ms(graph.replay), _replays_back_to_back_ms(graph), _replay_work_ms(graph)
+
+
+def _replays_back_to_back_ms(graph: torch.cuda.CUDAGraph, replays: int = 20, repeat: int = 10) -> float:
     graph.replay()
     torch.cuda.synchronize()
     times = []
@@ -196,12 +201,7 @@ def graph_replays_back_to_back_ms(fn: Callable[[], Any], replays: int = 20, repe
     return statistics.median(times)
 
 
-def graph_work_ms(fn: Callable[[], Any], replays: int = 20) -> float | None:
-    """GPU milliseconds of the work in one CUDA-graph replay of ``fn``: the durations of its kernels and copies as
-    the profiler records them, summed (the replay's own launch and the gaps between its nodes left out)."""
-    graph = captured_graph(fn)
-    if graph is None:
-        return None
+def _replay_work_ms(graph: torch.cuda.CUDAGraph, replays: int = 20) -> float:
     graph.replay()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -340,9 +340,7 @@ def measure_inference(
         run = torch.compile(fn) if variant.compile else fn
         actual, compile_s = timed_first_call(lambda: run(*inputs))
     call = lambda: run(*inputs)  # noqa: E731
-    replay = graph_replay_ms(call)
-    back_to_back = graph_replays_back_to_back_ms(call)
-    work = graph_work_ms(call)
+    replay, back_to_back, work = graph_replay_measures(call)
     return {
         "workload": workload,
         "variant": variant.name,
