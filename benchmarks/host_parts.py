@@ -1,6 +1,7 @@
 """Host cost of the per-call steps of a merged 128 × tanh kernel's wrapper, each timed alone on CPU tensors (no GPU
 needed; the steps are host work either way): Inductor's own per-input asserts and alignment checks (stock pays
-them too), the output allocation split into 128 views, and the member table's lookup by addresses (given each
+them too), the output allocation split into 128 views (autograd views, as until the ninth session, and tensors of
+their own to autograd, ``runtime.tensors_of``, as now), and the member table's lookup by addresses (given each
 output view, as until the eighth session, and given their one allocation, as now).
 
     python benchmarks/host_parts.py --out DIR
@@ -21,7 +22,7 @@ from torch._inductor.utils import copy_misaligned_inputs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import header, write_results  # noqa: E402
 
-from optimus_ir.runtime import MemberTable  # noqa: E402
+from optimus_ir.runtime import MemberTable, tensors_of  # noqa: E402
 
 MEMBERS, ROWS, WIDTH = 128, 256, 512
 
@@ -52,7 +53,10 @@ def main() -> None:
         "Inductor: alignment check of 128 inputs (stock too)": lambda: copy_misaligned_inputs(
             list(inputs), list(range(MEMBERS))
         ),
-        "optimus_ir: one output split into 128 views (unbind)": lambda: whole.unbind(0),
+        "optimus_ir until the ninth session: one output split into 128 views (unbind)": lambda: whole.unbind(0),
+        "optimus_ir: one output split into 128 tensors (tensors_of: unbind below autograd's view tracking)": lambda: (
+            tensors_of(whole)
+        ),
         "optimus_ir: member table lookup by 256 addresses (each output view)": lambda: by_view(*inputs, *outputs),
         "optimus_ir: member table lookup by 129 addresses (the outputs' one allocation)": lambda: by_allocation(
             *inputs, whole

@@ -935,7 +935,7 @@ def _allocate_returned_outputs_together(
 ) -> dict[str, tuple[str, list[int]]]:
     """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
     (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
-    ~3 us per member). Each view starts 16-byte aligned, as Inductor assumes of every buffer. Returns, by the
+    ~3 us per member), made below autograd's view tracking (``runtime.tensors_of``). Each view starts 16-byte aligned, as Inductor assumes of every buffer. Returns, by the
     first member's buffer of each such slot, the allocation and where each member's view starts in it (bytes): the
     member table is given the allocation alone (one address to read per call, not one per member).
 
@@ -966,10 +966,10 @@ def _allocate_returned_outputs_together(
         itemsize = layouts[0].dtype.itemsize
         if len(set(shapes)) == 1:
             whole = (len(shapes), *shapes[0])
-            views = ".unbind(0)"
+            rows = ""
         elif len({shape[1:] for shape in shapes}) == 1:
             whole = (sum(shape[0] for shape in shapes), *shapes[0][1:])
-            views = f".split({[shape[0] for shape in shapes]!r})"
+            rows = f", {[shape[0] for shape in shapes]!r}"
         else:
             continue
         if any(math.prod(shape) * itemsize % 16 for shape in shapes):
@@ -977,7 +977,8 @@ def _allocate_returned_outputs_together(
         stride = [math.prod(whole[i + 1 :]) for i in range(len(whole))]
         storage = f"{kernel_name}_out{slot}"
         wrapper.writeline(wrapper.make_allocation(storage, layouts[0].device, layouts[0].dtype, whole, stride))
-        wrapper.writeline(f"{', '.join(names)}, = {storage}{views}")
+        wrapper.add_import_once("from optimus_ir.runtime import tensors_of")
+        wrapper.writeline(f"{', '.join(names)}, = tensors_of({storage}{rows})")
         wrapper.allocated.update(names)
         sizes = [math.prod(shape) * itemsize for shape in shapes]
         together[names[0]] = (storage, [0, *itertools.accumulate(sizes[:-1])])

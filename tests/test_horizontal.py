@@ -532,6 +532,28 @@ def test_returned_outputs_give_the_member_table_their_one_allocation():
     torch.testing.assert_close(actual, expected)
 
 
+@pytest.mark.parametrize("rows", [(32, 32, 32), (32, 64, 16)], ids=["unbind", "split"])
+def test_returned_outputs_in_one_allocation_are_tensors_of_their_own_to_autograd(rows):
+    # stock returns separate allocations; autograd views made in the call's no-grad mode would refuse an in-place
+    # op in grad mode ("A view was created in no_grad mode ...") and detach_()
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = [torch.randn(n, 64) for n in rows]
+    assert "= tensors_of(triton_poi_fused_tanh_0_out1" in compile_report(fn, tuple(inputs), passes="horizontal").wrapper
+    actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert [r.fired for r in records] == [True]
+    assert len({out.untyped_storage().data_ptr() for out in actual}) == 1  # one allocation
+    assert not any(out._is_view() for out in actual)
+    scale = torch.full((64,), 2.0, requires_grad=True)
+    actual[0].mul_(scale)
+    actual[0].sum().backward()
+    torch.testing.assert_close(scale.grad, expected[0].sum(0))
+    actual[1].detach_()
+    torch.testing.assert_close(actual[0], expected[0] * 2)
+    torch.testing.assert_close(actual[1:], expected[1:])  # the in-place op stayed in its own region
+
+
 def test_member_table_is_cached_by_addresses():
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
     a, b, c = torch.zeros(1), torch.zeros(1), torch.zeros(1)
