@@ -1,0 +1,129 @@
+"""Time per call of the horizontal issue's storms, stock Inductor, combo kernels and optimus_ir side by side in one
+process, in interleaved rounds, with what any compiled call of the same inputs and outputs costs before a kernel.
+
+Per call is mostly host time here, and a machine's host speed drifts between runs and within one (the same code
+measured 0.282 and 0.683 ms per call in two runs). So the three variants are compiled once each, all alive at once
+(each its own copy of the function, so Dynamo keeps each one's graph), and timed in ``--rounds`` rounds, the order
+rotating each round: the ratios compare calls made minutes apart at most. Per round and variant:
+
+- ms per call: CUDA events around each call, median of 50 (as the suite and ``horizontal_bench.py``);
+- host µs per call: a loop of 300 calls timed on the host;
+- µs in Inductor's call (``CompiledFxGraph.__call__``: the wrapper's asserts, allocations, tables, launches).
+
+And, as a fourth variant, **nothing**: the same function through Dynamo and AOTAutograd, whose compiled graph
+returns tensors made before (no Inductor: no assert, allocation or launch). What it costs is paid by every compiled
+call of these inputs and outputs, stock's and optimus_ir's alike.
+
+    python benchmarks/per_call_ledger.py --out DIR [--only tanh layer_norm] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from horizontal_bench import WORKLOADS  # noqa: E402
+from host_overhead import host_us_per_call, inductor_call_us_per_call  # noqa: E402
+from measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results  # noqa: E402
+
+COMPILED = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
+NOTHING = "nothing (Dynamo + AOTAutograd only)"
+
+
+def own_copy(fn: Callable, tag: str) -> Callable:
+    """``fn`` with a code object of its own: Dynamo caches compiled graphs per code object, so each copy keeps the
+    graph compiled for it."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def compiled_nothing(fn: Callable, outputs: list[torch.Tensor]) -> Callable:
+    """``fn`` through Dynamo and AOTAutograd with a compiled graph that returns ``outputs`` (made before)."""
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        def run(args: list[Any]) -> list[torch.Tensor]:
+            args.clear()
+            return list(outputs)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    return torch.compile(own_copy(fn, "nothing"), backend=aot_autograd(fw_compiler=compiler), dynamic=False)
+
+
+def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int) -> list[dict[str, Any]]:
+    expected = fn(*inputs)
+    calls: dict[str, Callable[[], Any]] = {}
+    errors: dict[str, float] = {}
+    for variant in COMPILED:
+        run = torch.compile(own_copy(fn, variant.name))
+        with variant_context(variant):
+            errors[variant.name] = max_rel_error(run(*inputs), expected)
+        calls[variant.name] = lambda run=run: run(*inputs)
+    nothing = compiled_nothing(fn, list(expected))
+    nothing(*inputs)
+    calls[NOTHING] = lambda: nothing(*inputs)
+    contexts = {v.name: v for v in COMPILED}
+    names = list(calls)
+    measured: dict[str, dict[str, list[float]]] = {n: {"ms": [], "host": [], "inductor": []} for n in names}
+    frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for round_ in range(rounds):
+        for name_ in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            with variant_context(contexts[name_]) if name_ in contexts else contextlib.nullcontext():
+                measured[name_]["ms"].append(cuda_time_ms(calls[name_]))
+                measured[name_]["host"].append(host_us_per_call(calls[name_]))
+                if name_ in contexts:
+                    measured[name_]["inductor"].append(inductor_call_us_per_call(calls[name_]))
+    recompiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames_before
+    median = {n: statistics.median(m["ms"]) for n, m in measured.items()}
+    rows = []
+    for name_ in names:
+        m = measured[name_]
+        rows.append(
+            {
+                "workload": name,
+                "variant": name_,
+                "ms/call median": median[name_],
+                "ms/call min": min(m["ms"]),
+                "ms/call max": max(m["ms"]),
+                "host us/call median": statistics.median(m["host"]),
+                "in Inductor's call us median": statistics.median(m["inductor"]) if m["inductor"] else None,
+                "above nothing ms": median[name_] - median[NOTHING],
+                "stock / this": median["stock"] / median[name_],
+                "combo / this": median["combo_kernels"] / median[name_],
+                "max rel err": errors.get(name_),
+                "graphs compiled while timing": recompiled,
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*", help="substrings of the storm names (horizontal_bench.WORKLOADS)")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    rows = []
+    for name, fn, make, dtype in WORKLOADS:
+        if args.only and not any(part in name for part in args.only):
+            continue
+        with cold_compile():
+            rows += storm_rows(f"{name} {str(dtype).removeprefix('torch.')}", fn, make(dtype, False), args.rounds)
+        write_results(args.out, "per_call_ledger", header(" ".join(sys.argv)), rows, list(rows[0]), echo=False)
+    write_results(args.out, "per_call_ledger", header(" ".join(sys.argv)), rows, list(rows[0]))
+
+
+if __name__ == "__main__":
+    main()
