@@ -4,7 +4,9 @@ process, in interleaved rounds, with what any compiled call of the same inputs a
 Per call is mostly host time here, and a machine's host speed drifts between runs and within one (the same code
 measured 0.282 and 0.683 ms per call in two runs). So the three variants are compiled once each, all alive at once
 (each its own copy of the function, so Dynamo keeps each one's graph), and timed in ``--rounds`` rounds, the order
-rotating each round: the ratios compare calls made minutes apart at most. Per round and variant:
+rotating each round: the ratios compare calls made minutes apart at most. Stock and optimus_ir are also timed
+under ``mode="reduce-overhead"`` (cudagraph trees: a call replays a CUDA graph, after copying its inputs into the
+graph's own buffers). Per round and variant:
 
 - ms per call: CUDA events around each call, median of 50 (as the suite and ``horizontal_bench.py``);
 - host µs per call: a loop of 300 calls timed on the host;
@@ -36,7 +38,15 @@ from horizontal_bench import WORKLOADS  # noqa: E402
 from host_overhead import host_us_per_call, inductor_call_us_per_call  # noqa: E402
 from measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results  # noqa: E402
 
-COMPILED = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
+_BY_NAME = {v.name: v for v in VARIANTS}
+#: what is timed: name, variant (its Inductor settings and passes), ``torch.compile`` keywords
+COMPILED = [
+    ("stock", _BY_NAME["stock"], {}),
+    ("combo_kernels", _BY_NAME["combo_kernels"], {}),
+    ("optimus_ir", _BY_NAME["optimus_ir"], {}),
+    ("stock, reduce-overhead", _BY_NAME["stock"], {"mode": "reduce-overhead"}),
+    ("optimus_ir, reduce-overhead", _BY_NAME["optimus_ir"], {"mode": "reduce-overhead"}),
+]
 NOTHING = "nothing (Dynamo + AOTAutograd only)"
 
 
@@ -65,15 +75,16 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
     expected = fn(*inputs)
     calls: dict[str, Callable[[], Any]] = {}
     errors: dict[str, float] = {}
-    for variant in COMPILED:
-        run = torch.compile(own_copy(fn, variant.name))
+    contexts = {}
+    for label, variant, options in COMPILED:
+        run = torch.compile(own_copy(fn, label.replace(", ", "_").replace("-", "_")), **options)
         with variant_context(variant):
-            errors[variant.name] = max_rel_error(run(*inputs), expected)
-        calls[variant.name] = lambda run=run: run(*inputs)
+            errors[label] = max(max_rel_error(run(*inputs), expected) for _ in range(3))  # graphs: recorded, replayed
+        calls[label] = lambda run=run: run(*inputs)
+        contexts[label] = variant
     nothing = compiled_nothing(fn, list(expected))
     nothing(*inputs)
     calls[NOTHING] = lambda: nothing(*inputs)
-    contexts = {v.name: v for v in COMPILED}
     names = list(calls)
     measured: dict[str, dict[str, list[float]]] = {n: {"ms": [], "host": [], "inductor": []} for n in names}
     frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
@@ -101,6 +112,7 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
                 "above nothing ms": median[name_] - median[NOTHING],
                 "stock / this": median["stock"] / median[name_],
                 "combo / this": median["combo_kernels"] / median[name_],
+                "stock reduce-overhead / this": median["stock, reduce-overhead"] / median[name_],
                 "max rel err": errors.get(name_),
                 "graphs compiled while timing": recompiled,
             }
