@@ -38,6 +38,7 @@ def main() -> None:
     inputs = [torch.empty(ROWS, WIDTH) for _ in range(MEMBERS)]
     whole = torch.empty(MEMBERS, ROWS, WIDTH)
     outputs = whole.unbind(0)
+    rows_of_all = whole.view(MEMBERS * ROWS, WIDTH)  # the allocation as the wrapper makes it
     numel = ROWS * WIDTH
     starts, numels = list(range(0, MEMBERS * numel, numel)), [numel] * MEMBERS
     # until the eighth session the table was given each output view; now the outputs' one allocation
@@ -54,9 +55,8 @@ def main() -> None:
             list(inputs), list(range(MEMBERS))
         ),
         "optimus_ir until the ninth session: one output split into 128 views (unbind)": lambda: whole.unbind(0),
-        "optimus_ir: one output split into 128 tensors (tensors_of: unbind below autograd's view tracking)": lambda: (
-            tensors_of(whole)
-        ),
+        "optimus_ir: one output split into 128 tensors (tensors_of: split_with_sizes below autograd's view "
+        "tracking)": lambda: tensors_of(rows_of_all, (ROWS,) * MEMBERS),
         "optimus_ir: member table lookup by 256 addresses (each output view)": lambda: by_view(*inputs, *outputs),
         "optimus_ir: member table lookup by 129 addresses (the outputs' one allocation)": lambda: by_allocation(
             *inputs, whole

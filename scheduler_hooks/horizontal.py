@@ -934,9 +934,9 @@ def _allocate_returned_outputs_together(
     kernel_name: str, members: list[Any], structures: list[Structure]
 ) -> dict[str, tuple[str, list[int]]]:
     """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
-    (one ``unbind``/``split`` call instead of an allocation per member: the host work per call stops growing by
-    ~3 us per member), made below autograd's view tracking (``runtime.tensors_of``). Each view starts 16-byte aligned, as Inductor assumes of every buffer. Returns, by the
-    first member's buffer of each such slot, the allocation and where each member's view starts in it (bytes): the
+    (one ``split_with_sizes`` call instead of an allocation per member, below autograd's view tracking:
+    ``runtime.tensors_of``; the host work per call stops growing by ~3 us per member). Each view starts 16-byte
+    aligned, as Inductor assumes of every buffer. Returns, by the first member's buffer of each such slot, the allocation and where each member's view starts in it (bytes): the
     member table is given the allocation alone (one address to read per call, not one per member).
 
     Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
@@ -964,21 +964,16 @@ def _allocate_returned_outputs_together(
         if any(len(shape) == 0 or 0 in shape for shape in shapes):
             continue
         itemsize = layouts[0].dtype.itemsize
-        if len(set(shapes)) == 1:
-            whole = (len(shapes), *shapes[0])
-            rows = ""
-        elif len({shape[1:] for shape in shapes}) == 1:
-            whole = (sum(shape[0] for shape in shapes), *shapes[0][1:])
-            rows = f", {[shape[0] for shape in shapes]!r}"
-        else:
+        if len({shape[1:] for shape in shapes}) != 1:
             continue
+        whole = (sum(shape[0] for shape in shapes), *shapes[0][1:])
         if any(math.prod(shape) * itemsize % 16 for shape in shapes):
             continue
         stride = [math.prod(whole[i + 1 :]) for i in range(len(whole))]
         storage = f"{kernel_name}_out{slot}"
         wrapper.writeline(wrapper.make_allocation(storage, layouts[0].device, layouts[0].dtype, whole, stride))
         wrapper.add_import_once("from optimus_ir.runtime import tensors_of")
-        wrapper.writeline(f"{', '.join(names)}, = tensors_of({storage}{rows})")
+        wrapper.writeline(f"{', '.join(names)}, = tensors_of({storage}, {tuple(shape[0] for shape in shapes)!r})")
         wrapper.allocated.update(names)
         sizes = [math.prod(shape) * itemsize for shape in shapes]
         together[names[0]] = (storage, [0, *itertools.accumulate(sizes[:-1])])
