@@ -12,11 +12,14 @@ graph's own buffers). Per round and variant:
 - host µs per call: a loop of 300 calls timed on the host;
 - µs in Inductor's call (``CompiledFxGraph.__call__``: the wrapper's asserts, allocations, tables, launches).
 
+A ratio of two variants is the median over rounds of the ratio of their ms per call in the same round: the host's
+drift during the run cancels in each round's ratio where it would not in a ratio of medians.
+
 And, as a fourth variant, **nothing**: the same function through Dynamo and AOTAutograd, whose compiled graph
 returns tensors made before (no Inductor: no assert, allocation or launch). What it costs is paid by every compiled
 call of these inputs and outputs, stock's and optimus_ir's alike.
 
-    python benchmarks/per_call_ledger.py --out DIR [--only tanh layer_norm] [--rounds 5]
+    python benchmarks/per_call_ledger.py --out DIR [--only tanh layer_norm] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
                     measured[name_]["inductor"].append(inductor_call_us_per_call(calls[name_]))
     recompiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames_before
     median = {n: statistics.median(m["ms"]) for n, m in measured.items()}
+
+    def by_round(reference: str, name_: str) -> float:
+        """The median over rounds of ``reference``'s ms per call over ``name_``'s in the same round."""
+        return statistics.median(a / b for a, b in zip(measured[reference]["ms"], measured[name_]["ms"]))
+
     rows = []
     for name_ in names:
         m = measured[name_]
@@ -110,9 +118,10 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
                 "host us/call median": statistics.median(m["host"]),
                 "in Inductor's call us median": statistics.median(m["inductor"]) if m["inductor"] else None,
                 "above nothing ms": median[name_] - median[NOTHING],
-                "stock / this": median["stock"] / median[name_],
-                "combo / this": median["combo_kernels"] / median[name_],
-                "stock reduce-overhead / this": median["stock, reduce-overhead"] / median[name_],
+                "stock / this": by_round("stock", name_),
+                "combo / this": by_round("combo_kernels", name_),
+                "stock reduce-overhead / this": by_round("stock, reduce-overhead", name_),
+                "ms/call by round": " ".join(f"{ms:.3f}" for ms in m["ms"]),
                 "max rel err": errors.get(name_),
                 "graphs compiled while timing": recompiled,
             }
@@ -125,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*", help="substrings of the storm names (horizontal_bench.WORKLOADS)")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     rows = []
     for name, fn, make, dtype in WORKLOADS:
