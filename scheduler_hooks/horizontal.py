@@ -160,6 +160,8 @@ def structure_of(node: Any) -> Structure | str:
 
     if type(node) not in (SchedulerNode, FusedSchedulerNode):
         return f"not a plain kernel: {type(node).__name__}"
+    if _triton_backend(node) is None:  # Inductor's C++ kernels on CPU: other loop groups, no member tables
+        return f"no Triton backend on its device: {node.get_device()}"
     scheduler = node.scheduler
     subnodes = list(node.get_nodes())
     op_names = node.get_operation_names()
@@ -318,7 +320,6 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
-        backends: dict[Any, Any] = {}
         bytes_of = BufferBytes()
         to_try: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
         left_out: dict[str, list[str]] = {}
@@ -342,11 +343,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             if len(candidates) < 2:
                 continue
             names = [node.get_name() for node, _ in candidates]
-            backend = backends.setdefault(candidates[0][0].get_device(), _triton_backend(candidates[0][0]))
-            if backend is None:
-                record(self.name, False, names, "no Triton backend on this device")
-                continue
-            prefixes = _tiling_prefixes(backend, max(candidates, key=lambda c: c[1].numel)[0])
+            prefixes = _tiling_prefixes(_triton_backend(candidates[0][0]), max(candidates, key=lambda c: c[1].numel)[0])
             if prefixes not in (("x",), ("x", "r0_")):
                 record(self.name, False, names, f"tiling {prefixes}: only 1-d (x) and row-reduction (x, r0_) kernels")
                 continue

@@ -179,6 +179,23 @@ def test_different_bodies_are_not_merged():
     assert len(_fired(report)) == 2
 
 
+def test_kernels_on_a_device_without_triton_are_left_to_stock_with_the_reason():
+    # Inductor's C++ kernels on CPU (the default CPU backend): no member tables there, and no internal error on the
+    # way (their loop groups are not Triton's); on a GPU, CPU members of a graph that also has CUDA ones stay apart
+    # (benchmarks/mixed_devices_check.py)
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = [torch.randn(rows, 64) for rows in (32, 40, 48, 56)]
+    torch._dynamo.reset()
+    with optimus_ir.enabled("horizontal"), recording() as records:
+        actual = torch.compile(fn)(*inputs)
+    assert [(r.fired, r.detail) for r in records if r.rule == RULE] == [
+        (False, "not merged (no Triton backend on its device): stock kernels")
+    ]
+    torch.testing.assert_close(actual, fn(*inputs))
+
+
 def test_in_place_updates_of_inputs_merge():
     # an optimizer step, one parameter at a time: each kernel updates its own inputs in place
     def fn(*xs):
