@@ -9,6 +9,8 @@ kernels one call launches on each GPU (profiler), and the max relative error.
 - ``cpu + cuda:0``: 4 copies on CUDA tensors and 4 on CPU tensors. The CUDA ones merge into one kernel; the CPU ones
   are Inductor's C++ kernels (no Triton backend there: never merged).
 - ``cuda:0 + cuda:1`` (a machine of two GPUs): 4 copies on each GPU: one merged kernel per GPU, none across them.
+- ``cuda:0 × 0-d cpu``: 4 CUDA tensors each scaled by a 0-d CPU tensor, which the kernel is passed by value: a
+  number each (never one kernel: it would read the first member's number), and one number for all (one kernel).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def layer_norm_each(*xs):
     return [F.layer_norm(x, x.shape[-1:]) for x in xs]
 
 
+def scaled_each(*args):
+    n = len(args) // 2
+    return [x * s + 1 for x, s in zip(args[:n], args[n:])]
+
+
 def kernels_by_device(call: Callable[[], object]) -> dict[int, int]:
     """CUDA kernels one call launches, by GPU index."""
     call()
@@ -49,8 +56,7 @@ def kernels_by_device(call: Callable[[], object]) -> dict[int, int]:
     return dict(sorted(Counter(e.device_index for e in kernels).items()))
 
 
-def check(case: str, fn: Callable, devices: list[str]) -> dict:
-    inputs = [torch.randn(256 + 32 * i, 512, device=device) for device in devices for i in range(4)]
+def check(case: str, fn: Callable, inputs: list[torch.Tensor]) -> dict:
     expected = fn(*inputs)
     torch._dynamo.reset()
     with optimus_ir.enabled(), recording() as records:
@@ -72,14 +78,23 @@ def main() -> None:
     placements = {"cpu + cuda:0": ["cpu", "cuda:0"]}
     if torch.cuda.device_count() > 1:
         placements["cuda:0 + cuda:1"] = ["cuda:0", "cuda:1"]
+    cases = [
+        (case, fn, [torch.randn(256 + 32 * i, 512, device=device) for device in devices for i in range(4)])
+        for case, devices in placements.items()
+        for fn in (tanh_each, layer_norm_each)
+    ]
+    xs = [torch.randn(256 + 32 * i, 512, device="cuda:0") for i in range(4)]
+    cases += [
+        ("cuda:0 × 0-d cpu, a number each", scaled_each, xs + [torch.tensor(float(i + 2)) for i in range(4)]),
+        ("cuda:0 × 0-d cpu, one number", scaled_each, xs + [torch.tensor(3.0)] * 4),
+    ]
     rows = []
-    for case, devices in placements.items():
-        for fn in (tanh_each, layer_norm_each):
-            try:
-                rows.append(check(case, fn, devices))
-            except Exception as error:  # record it, check the rest
-                rows.append({"case": case, "op": fn.__name__, "decisions": f"error: {error!r}"[:500]})
-            print(rows[-1], flush=True)
+    for case, fn, inputs in cases:
+        try:
+            rows.append(check(case, fn, inputs))
+        except Exception as error:  # record it, check the rest
+            rows.append({"case": case, "op": fn.__name__, "decisions": f"error: {error!r}"[:500]})
+        print(rows[-1], flush=True)
     columns = ["case", "op", "merged groups (members each)", "CUDA kernels per call by GPU", "max rel err", "decisions"]
     write_results(out, "mixed_devices_check", header(" ".join(sys.argv)), rows, columns)
 

@@ -179,6 +179,7 @@ def structure_of(node: Any) -> Structure | str:
         for snode in subnodes
     )
     divisors: dict[int, sympy.Symbol] = {}  # value → symbol (index_math.abstract_divisors)
+    by_value: set[str] = set()  # 0-d CPU tensors read as numbers: members merge only where they read the same ones
     flat_indices: list[dict[str, sympy.Expr]] = []
     for snode in subnodes:
         if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
@@ -201,6 +202,9 @@ def structure_of(node: Any) -> Structure | str:
             return f"symbolic index: {snode.get_name()} indexes with symbols other than its loop variables"
         names = {dep.name for dep in (*snode.read_writes.reads, *snode.read_writes.writes)}
         names |= set(snode.get_buffer_names())
+        # a 0-d CPU tensor that a Triton kernel reads is passed by value (``.item()``), not as an address the table
+        # could hold per member: the merged kernel gets the first member's number, so it is part of the structure
+        by_value.update(name for name in names if V.graph.is_unspec_arg(name))
         blocks = [body.root_block, *body.subblocks.values()]
         for block in blocks:  # slots in order of first use
             for fx_node in block.graph.nodes:
@@ -266,7 +270,8 @@ def structure_of(node: Any) -> Structure | str:
         numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
     if not isinstance(rnumel, (int, sympy.Integer)):
         return f"symbolic sizes: extent {numel} x {rnumel}"
-    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts), numel_expr is not None)
+    numbers = tuple(sorted((slot_of[name], name) for name in by_value))
+    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts), numel_expr is not None, numbers)
     in_place = any(real != name for *_, written in traced for name, _, real in written)
     return Structure(
         key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices),

@@ -76,6 +76,24 @@ def test_members_reading_a_shared_weight_merge():
     assert len(report.launches) == 1
 
 
+def _scaled_each(*args):
+    n = len(args) // 2
+    return [x * s + 1 for x, s in zip(args[:n], args[n:])]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["a number each", "one number"])
+def test_members_reading_0d_cpu_tensors_merge_only_where_they_read_the_same_ones(shared):
+    # a Triton kernel is passed a 0-d CPU tensor by value (``.item()``; a CUDA tensor times a CPU scalar tensor on
+    # a GPU too), not by an address the member table could hold: merged, every member read the first one's number
+    xs = [torch.randn(rows, 64) for rows in (32, 40, 48, 16)]
+    scales = [torch.tensor(3.0)] * 4 if shared else [torch.tensor(float(i + 2)) for i in range(4)]
+    actual, expected, records = _run_in_interpreter(_scaled_each, xs + scales)
+    torch.testing.assert_close(actual, expected)
+    assert [r.detail for r in records if r.fired] == (
+        ["4 kernels → one kernel (pointwise, ragged: 4 sizes, member table)"] if shared else []
+    )
+
+
 def test_members_whose_widths_differ_read_their_width_from_the_table():
     """A bias per column (x % width) and a scale per row (x // width): one divisor, a value of each member."""
 
@@ -187,9 +205,10 @@ def test_kernels_on_a_device_without_triton_are_left_to_stock_with_the_reason():
         return [torch.tanh(x) for x in xs]
 
     inputs = [torch.randn(rows, 64) for rows in (32, 40, 48, 56)]
-    torch._dynamo.reset()
-    with optimus_ir.enabled("horizontal"), recording() as records:
-        actual = torch.compile(fn)(*inputs)
+    no_caches = torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False)
+    with no_caches, torch._functorch.config.patch(enable_autograd_cache=False):  # the pass runs, not a cache hit
+        with optimus_ir.enabled("horizontal"), recording() as records:
+            actual = torch.compile(fn)(*inputs)
     assert [(r.fired, r.detail) for r in records if r.rule == RULE] == [
         (False, "not merged (no Triton backend on its device): stock kernels")
     ]
