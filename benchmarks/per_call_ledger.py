@@ -39,7 +39,9 @@ from torch._dynamo.backends.common import aot_autograd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import WORKLOADS  # noqa: E402
 from host_overhead import host_us_per_call, inductor_call_us_per_call  # noqa: E402
-from measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results  # noqa: E402
+from measure import (  # noqa: E402
+    VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results,
+)
 
 _BY_NAME = {v.name: v for v in VARIANTS}
 #: what is timed: name, variant (its Inductor settings and passes), ``torch.compile`` keywords

@@ -935,11 +935,12 @@ def _over_flat_index(
 def _allocate_returned_outputs_together(
     kernel_name: str, members: list[Any], structures: list[Structure]
 ) -> dict[str, tuple[str, list[int]]]:
-    """Members' outputs that an inference graph returns: one allocation per output, the members' buffers views of it
-    (one ``split_with_sizes`` call instead of an allocation per member, below autograd's view tracking:
-    ``runtime.tensors_of``; the host work per call stops growing by ~3 us per member). Each view starts 16-byte
-    aligned, as Inductor assumes of every buffer. Returns, by the first member's buffer of each such slot, the allocation and where each member's view starts in it (bytes): the
-    member table is given the allocation alone (one address to read per call, not one per member).
+    """Members' outputs that an inference graph returns: one allocation per output, the members' buffers regions of
+    it (one ``split_with_sizes`` call instead of an allocation per member, below autograd's view tracking:
+    ``runtime.tensors_of``; the host work per call stops growing by ~3 us per member). Each region starts 16-byte
+    aligned, as Inductor assumes of every buffer. Returns, by the first member's buffer of each such slot, the
+    allocation and where each member's region starts in it (bytes): the member table is given the allocation alone
+    (one address to read per call, not one per member).
 
     Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
     time per call than separate tensors (H200, 128 × tanh under ``mode="reduce-overhead"``: 989 µs with views
