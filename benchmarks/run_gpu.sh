@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU box runs for optimus_ir, in one call: install, then the parts asked for (default: all of them).
 #   bash benchmarks/run_gpu.sh OUT_DIR [PARTS] [SUITE_ARGS...]
-# PARTS is a comma list of: check (virtual-vs-real kernels + numerics; member tables under moving addresses), splitcat (split/cat storms), horizontal
-# (N-identical-op storms, CUDA graphs, dynamic shapes), host (host time per call), real (real models), suite (the workload suite, benchmarks/suite.py; quick plan unless SUITE_ARGS say otherwise), e.g.
+# PARTS is a comma list of: check (virtual-vs-real kernels + numerics; member tables under moving addresses; mixed devices), splitcat (split/cat storms), horizontal
+# (N-identical-op storms, CUDA graphs, dynamic shapes), host (host time per call; the per-call ledger of the storms), real (real models), suite (the workload suite, benchmarks/suite.py; quick plan unless SUITE_ARGS say otherwise), e.g.
 #   bash benchmarks/run_gpu.sh /root/out suite
 #   bash benchmarks/run_gpu.sh /root/out suite --plan full --only dlrm multitask
 # On a machine of several GPUs the suite runs as one process per GPU (--shard i/N), each writing OUT_DIR/suite_shardI/
@@ -21,9 +21,11 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__, t
 status=0
 [[ $parts == *,check,* ]] && { python3 benchmarks/gpu_check.py --out "$out" || status=1; }
 [[ $parts == *,check,* ]] && { python3 benchmarks/table_slots_check.py --out "$out" || status=1; }
+[[ $parts == *,check,* ]] && { python3 benchmarks/mixed_devices_check.py --out "$out" || status=1; }
 [[ $parts == *,splitcat,* ]] && { python3 benchmarks/split_cat_bench.py --out "$out" || status=1; }
 [[ $parts == *,horizontal,* ]] && { python3 benchmarks/horizontal_bench.py --out "$out" || status=1; }
 [[ $parts == *,host,* ]] && { python3 benchmarks/host_overhead.py --out "$out" || status=1; }
+[[ $parts == *,host,* ]] && { python3 benchmarks/per_call_ledger.py --out "$out" || status=1; }
 [[ $parts == *,real,* ]] && { python3 benchmarks/real_models.py --out "$out" || status=1; }
 if [[ $parts == *,suite,* ]]; then
   # one suite process per GPU, each on every N-th case and a share of the CPUs (Inductor's compile workers)
