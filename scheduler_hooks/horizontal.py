@@ -344,6 +344,18 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 left_out.setdefault(structure.split(":")[0], []).append(node.get_name())
         for reason, names in left_out.items():
             record(self.name, False, names, f"not merged ({reason}): stock kernels")
+        # members alike but for the 0-d CPU tensors they read (the key's last part): why they stay apart
+        apart_by_numbers: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for key in by_key:
+            if key[-1]:
+                apart_by_numbers.setdefault(key[:-1], []).append(key)
+        for keys in apart_by_numbers.values():
+            if len(keys) > 1:
+                record(
+                    self.name, False, [node.get_name() for key in keys for node, _ in by_key[key]],
+                    f"kept apart ({len(keys)} groups) by the 0-d CPU tensors they read: a kernel is passed those by "
+                    "value, not by an address in the member table",
+                )
         for candidates in list(by_key.values()):
             if len(candidates) < 2:
                 continue
