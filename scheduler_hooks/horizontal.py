@@ -369,6 +369,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 to_try.extend((part, reduction) for part in self._size_classes(group, reduction))
         if not to_try:
             return nodes
+        if V.graph.cpp_wrapper:  # its calls are C++ (cpp_wrapper, AOTInductor): no MemberTable or tensors_of there
+            for part, _ in to_try:
+                record(self.name, False, [m.get_name() for m, _ in part], "not merged (C++ wrapper): stock kernels")
+            return nodes
         # before any group: a group takes over its members' operation names
         estimate, estimated = _peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far
         while to_try:

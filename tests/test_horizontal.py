@@ -199,6 +199,28 @@ def test_different_bodies_are_not_merged():
     assert len(_fired(report)) == 2
 
 
+def test_with_a_cpp_wrapper_the_kernels_are_left_to_stock_with_the_reason():
+    # cpp_wrapper and AOTInductor write the graph's calls in C++: the Python lines a member-table kernel needs
+    # (MemberTable, tensors_of) have no place there
+    import functools
+
+    from torch._inductor import compile_fx
+    from torch._inductor.exc import InductorError
+
+    from optimus_ir import virtual_cuda
+
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    cpp_wrapper = functools.partial(compile_fx.compile_fx_inner, cpp_wrapper=True)
+    with mock.patch.object(compile_fx, "compile_fx_inner", cpp_wrapper), optimus_ir.enabled("horizontal"):
+        with recording() as records, pytest.raises(InductorError, match="CudaKernelParamCache"):
+            # the virtual device cannot write a C++ wrapper's kernel calls (they need compiled kernels): after the pass
+            virtual_cuda.generate(fn, tuple(torch.randn(rows, 64) for rows in (32, 40, 48, 16)))
+    decisions = [(r.fired, r.detail) for r in records if r.rule == RULE]
+    assert decisions == [(False, "not merged (C++ wrapper): stock kernels")]
+
+
 def test_kernels_on_a_device_without_triton_are_left_to_stock_with_the_reason():
     # Inductor's C++ kernels on CPU (the default CPU backend): no member tables there, and no internal error on the
     # way (their loop groups are not Triton's); on a GPU, CPU members of a graph that also has CUDA ones stay apart
