@@ -369,9 +369,12 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 to_try.extend((part, reduction) for part in self._size_classes(group, reduction))
         if not to_try:
             return nodes
-        if V.graph.cpp_wrapper:  # its calls are C++ (cpp_wrapper, AOTInductor): no MemberTable or tensors_of there
+        # the member table's run time and the output split are Python lines of the wrapper: a C++ wrapper
+        # (cpp_wrapper, AOTInductor) has no place for them, and an FX one (fx_wrapper) refuses lines of text
+        wrapper = "C++ wrapper" if V.graph.cpp_wrapper else "FX wrapper" if V.graph.fx_wrapper else None
+        if wrapper:
             for part, _ in to_try:
-                record(self.name, False, [m.get_name() for m, _ in part], "not merged (C++ wrapper): stock kernels")
+                record(self.name, False, [m.get_name() for m, _ in part], f"not merged ({wrapper}): stock kernels")
             return nodes
         # before any group: a group takes over its members' operation names
         estimate, estimated = _peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far

@@ -199,9 +199,16 @@ def test_different_bodies_are_not_merged():
     assert len(_fired(report)) == 2
 
 
-def test_with_a_cpp_wrapper_the_kernels_are_left_to_stock_with_the_reason():
-    # cpp_wrapper and AOTInductor write the graph's calls in C++: the Python lines a member-table kernel needs
-    # (MemberTable, tensors_of) have no place there
+@pytest.mark.parametrize(
+    "wrapper, reason, virtual_limit",
+    [
+        ("cpp_wrapper", "C++ wrapper", "CudaKernelParamCache"),  # its kernel calls need compiled kernels
+        ("fx_wrapper", "FX wrapper", "libcuda"),  # it loads the compiled kernels
+    ],
+)
+def test_with_a_cpp_or_fx_wrapper_the_kernels_are_left_to_stock_with_the_reason(wrapper, reason, virtual_limit):
+    # the member table's run time and the output split are Python lines of the wrapper: a C++ wrapper (cpp_wrapper,
+    # AOTInductor) has no place for them, an FX wrapper refuses lines of text (NotImplementedError)
     import functools
 
     from torch._inductor import compile_fx
@@ -212,13 +219,13 @@ def test_with_a_cpp_wrapper_the_kernels_are_left_to_stock_with_the_reason():
     def fn(*xs):
         return [torch.tanh(x) for x in xs]
 
-    cpp_wrapper = functools.partial(compile_fx.compile_fx_inner, cpp_wrapper=True)
-    with mock.patch.object(compile_fx, "compile_fx_inner", cpp_wrapper), optimus_ir.enabled("horizontal"):
-        with recording() as records, pytest.raises(InductorError, match="CudaKernelParamCache"):
-            # the virtual device cannot write a C++ wrapper's kernel calls (they need compiled kernels): after the pass
+    inner = functools.partial(compile_fx.compile_fx_inner, **{wrapper: True})
+    with mock.patch.object(compile_fx, "compile_fx_inner", inner), optimus_ir.enabled("horizontal"):
+        with recording() as records, pytest.raises(InductorError, match=virtual_limit):
+            # without a GPU the virtual device stops at what this wrapper needs of real kernels, after the pass
             virtual_cuda.generate(fn, tuple(torch.randn(rows, 64) for rows in (32, 40, 48, 16)))
     decisions = [(r.fired, r.detail) for r in records if r.rule == RULE]
-    assert decisions == [(False, "not merged (C++ wrapper): stock kernels")]
+    assert decisions == [(False, f"not merged ({reason}): stock kernels")]
 
 
 def test_kernels_on_a_device_without_triton_are_left_to_stock_with_the_reason():
