@@ -11,9 +11,10 @@ elements it has, and the address of each of its tensors are read from one int64 
     * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
-of one split read the same buffer at different offsets). Where every member's tensor of a slot is a view of one
-allocation (outputs an inference graph returns), the call passes that allocation once (``spans``) and each
-member's address is its start plus the member's offset: one address read per slot, not one per member.
+of one split read the same buffer at different offsets). Where every member's tensor of a slot lies in one
+allocation (outputs an inference graph returns, split by :func:`tensors_of`), the call passes that allocation once
+(``spans``) and each member's address is its start plus the member's offset: one address read per slot, not one
+per member.
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
 ``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. Where they change every call (a training

@@ -1053,8 +1053,8 @@ class MemberTableKernel(TritonKernel):
         self.total = sum(padded)
         self.uniform = len(set(numels)) == 1 and not self.symbolic
         self.pad_to = 1 << (len(numels) - 1).bit_length()
-        #: by the first member's buffer of a slot: the one allocation all members' buffers of it are views of, and
-        #: where each view starts in it (bytes); see ``_allocate_returned_outputs_together``
+        #: by the first member's buffer of a slot: the one allocation all members' buffers of it lie in, and where
+        #: each one starts in it (bytes); see ``_allocate_returned_outputs_together``
         self.outputs_together: dict[str, tuple[str, list[int]]] = {}
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
         self.size_hint_x = self._size_hint_x(reduction)
@@ -1199,7 +1199,7 @@ class MemberTableKernel(TritonKernel):
                     by_slot.extend(name for name, _ in members)
                     spans.extend([1] * len(members))
                     byte_offsets.extend(offset for _, offset in members)
-                else:  # one allocation, each member's buffer a view of it (their offsets within it are 0)
+                else:  # one allocation, each member's buffer a region of it (their offsets within it are 0)
                     by_slot.append(together[0])
                     spans.append(len(members))
                     byte_offsets.extend(together[1])
