@@ -288,12 +288,18 @@ def post_fusion_pass(nodes: list[Any]) -> list[Any]:
 
 
 def run_scheduler_rules(stage: str, nodes: list[Any]) -> list[Any]:
-    """Run the enabled scheduler rules of ``stage`` in order; a rule that raises leaves the nodes as they were."""
+    """Run the enabled scheduler rules of ``stage`` in order; a rule that raises leaves the nodes as they were.
+
+    Each rule's seconds go to Inductor's compile-time metrics as ``optimus_ir.<rule name>``
+    (``torch._dynamo.utils.compile_times()``, beside ``Scheduler.__init__`` that contains them)."""
+    from torch._dynamo.utils import dynamo_timed
+
     for rule in scheduler_rules():
         if rule.pass_name not in enabled_passes() or rule.stage != stage:
             continue
         try:
-            nodes = rule.rewrite(nodes)
+            with dynamo_timed(f"optimus_ir.{rule.name}"):
+                nodes = rule.rewrite(nodes)
         except Exception as error:  # a rule must never fail a compile
             log.warning("optimus_ir rule %s raised; nodes left as they were", rule.name, exc_info=True)
             record(rule.name, False, ["<scheduler>"], f"internal error {error!r}; nodes left as they were")

@@ -157,3 +157,25 @@ def test_cache_keys_separate_passes_and_package_versions(tmp_path, monkeypatch):
             monkeypatch.setattr(switch, "package_identity", lambda: "0.0.0+older")
             assert compile_once() == (0, 0, True)  # another optimus_ir: a miss
         assert compile_once()[:2] != (0, 0)  # off again: the stock entry is served
+
+
+def test_scheduler_rules_seconds_are_in_inductors_compile_time_metrics():
+    """Each scheduler rule's time is a ``dynamo_timed`` entry of its own, beside Inductor's phases, so that
+    ``torch._dynamo.utils.compile_times()`` shows what optimus_ir adds to a compile."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from optimus_ir.registry import scheduler_rules
+
+    x = torch.randn(4, 96)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compilation_time_metrics.clear()
+        torch._dynamo.reset()
+        torch.compile(_split_relu_cat)(x)
+        assert not [key for key in compilation_time_metrics if key.startswith("optimus_ir.")]
+        with optimus_ir.enabled():
+            torch._dynamo.reset()
+            torch.compile(_split_relu_cat)(x)
+    timed = {key: values for key, values in compilation_time_metrics.items() if key.startswith("optimus_ir.")}
+    assert set(timed) == {f"optimus_ir.{rule.name}" for rule in scheduler_rules()}
+    assert all(len(values) == 1 and values[0] >= 0 for values in timed.values())
+    assert "Scheduler.__init__" in compilation_time_metrics
