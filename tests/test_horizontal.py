@@ -392,6 +392,32 @@ def test_memory_estimates_beyond_the_budget_leave_stock_kernels_with_the_reason(
     assert [len(r.nodes) for r in untried] == [2]
 
 
+def test_memory_estimates_work_out_buffer_sizes_once_per_pass_and_freeable_inputs_once_per_estimate():
+    # the layer norms of a cat: merges tried whole, then halves, rejected; Inductor's planning asked
+    # for every buffer's size and the freeable graph inputs twice per estimate before (its reordering, then the
+    # buffer reuse replay), and the answers never change within an estimate (sizes: within the pass)
+    from torch._inductor import memory
+
+    def fn(*xs):
+        return torch.cat([F.layer_norm(x.sum(1), (64,)) for x in xs], 1).sum(1)
+
+    inputs = tuple(torch.randn(512, 8, 64) for _ in range(8))
+    calls = {}
+    for passes in (None, "horizontal"):
+        with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates, \
+                mock.patch.object(memory, "compute_size_for_scheduler_buffer",
+                                  wraps=memory.compute_size_for_scheduler_buffer) as sizes, \
+                mock.patch.object(memory, "get_freeable_input_buf", wraps=memory.get_freeable_input_buf) as freeable:
+            report = compile_report(fn, inputs, passes=passes)
+            assert memory.compute_size_for_scheduler_buffer is sizes and memory.get_freeable_input_buf is freeable
+        calls[passes] = (estimates.call_count, sizes.call_count, freeable.call_count)
+    estimated, sized, freed = calls["horizontal"]
+    assert estimated >= 3 and [r for r in _rejected(report) if "estimated peak memory" in r.detail]
+    _, stock_sized, stock_freed = calls[None]  # Inductor's own planning after the pass
+    assert sized == stock_sized + 1
+    assert freed == stock_freed + estimated
+
+
 def test_a_cat_output_counts_from_its_first_piece_in_the_memory_check():
     # the cat's buffer is allocated when its first piece (a layer norm) is written into it; merged, all row sums
     # would be alive together with it (DLRM's pooled embeddings: +3.3 MiB measured on the H200 before this)
