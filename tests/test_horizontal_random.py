@@ -8,6 +8,7 @@ sum each, in-place updates of inputs; and, in the odd cases, integer, bool and f
 offset views, reductions over the first dimension, scans, argmax, 0-d CPU tensors, training and dynamic shapes.
 """
 
+import contextlib
 import functools
 import random
 
@@ -41,8 +42,8 @@ ROW_WISE = {
 }
 
 
-def _storm(seed: int):
-    """``(fn, inputs, description)``: 2-6 members, each one op on its own input (or a shared one)."""
+def storm(seed: int, device: str = "cpu"):
+    """``(fn, inputs, description)``: 2-6 members, each one op on its own input (or a shared one), on ``device``."""
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
     count = rng.randint(2, 6)
@@ -59,7 +60,7 @@ def _storm(seed: int):
     returns = rng.choice(["tuple", "tuple", "sum_each", "in_place", "cat"])
 
     def randn(*shape):
-        return torch.randn(*shape, generator=generator).to(dtype)
+        return torch.randn(*shape, generator=generator).to(device, dtype)
 
     inputs = [randn(sum(rows), max(widths) + 4)]  # the tensor the "split" members are pieces of
     inputs += [randn(w) for w in widths]  # a weight each
@@ -108,14 +109,18 @@ def _storm(seed: int):
     return fn, inputs, dict(kind=kind, op=op, dtype=dtype, rows=rows, widths=widths, layouts=layouts, returns=returns)
 
 
-def _odd_case(seed: int):
-    """``(fn, inputs, description)``: 2-5 members of an odd kind (see the module's docstring)."""
+def odd_case(seed: int, device: str = "cpu"):
+    """``(fn, inputs, description)``: 2-5 members of an odd kind (see the module's docstring), on ``device`` (0-d
+    tensors on the CPU)."""
     rng = random.Random(10_000 + seed)
     generator = torch.Generator().manual_seed(seed)
     count, rows, width = rng.randint(2, 5), rng.choice([3, 17, 64]), rng.choice([8, 32, 100])
     kind = list(_ODD_KINDS)[seed % len(_ODD_KINDS)]
     make_inputs, member = _ODD_KINDS[kind]
-    inputs = make_inputs(lambda *shape, **kw: torch.randn(*shape, generator=generator, **kw), count, rows, width, rng)
+    def randn(*shape, dtype=torch.float32, requires_grad=False):
+        return torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_(requires_grad)
+
+    inputs = make_inputs(randn, count, rows, width, rng)
     if kind in ("training", "dynamic"):
         op = rng.choice(["layer_norm", "tanh", "softmax"])
 
@@ -157,7 +162,7 @@ def _with_weights(requires_grad):
 #: kind: (inputs of ``count`` members, what a member computes)
 _ODD_KINDS = {
     "int": (
-        lambda randn, count, rows, width, rng: [torch.randint(-50, 50, (rows, width)) for _ in range(count)],
+        lambda randn, count, rows, width, rng: [(randn(rows, width) * 20).long() for _ in range(count)],
         lambda x, i: (x * 3 + 1) // 2,
     ),
     "bool": (_plain, lambda x, i: (x > 0) & (x < 1)),
@@ -167,7 +172,7 @@ _ODD_KINDS = {
     ),
     "expanded": (
         lambda randn, count, rows, width, rng: [randn(1, width).expand(rows, width) for _ in range(count)],
-        lambda x, i: torch.sigmoid(x) * torch.arange(x.shape[0])[:, None],
+        lambda x, i: torch.sigmoid(x) * torch.arange(x.shape[0], device=x.device)[:, None],
     ),
     "offset_view": (
         lambda randn, count, rows, width, rng: [randn(rows * width + 7)[3 + i :].view(-1)[: rows * width]
@@ -192,11 +197,14 @@ _ODD_KINDS = {
 }
 
 
-def _run(fn, inputs, horizontal: bool, dynamic: bool, backward: bool):
-    """Compile ``fn`` on fresh copies of ``inputs`` and run it in the interpreter: (outputs, inputs after, records)."""
+def run_compiled(fn, inputs, horizontal: bool, dynamic: bool = False, backward: bool = False):
+    """Compile ``fn`` (with the horizontal pass or stock) and call it on fresh copies of ``inputs``, on CPU in the
+    interpreter: ``(outputs or gradients, inputs after, the pass's records)``."""
     inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
     torch._dynamo.reset()
-    with optimus_ir.enabled("horizontal" if horizontal else None), cpu_triton_interpreter(), recording() as records:
+    on_cpu = all(x.device.type == "cpu" for x in inputs)
+    interpreter = cpu_triton_interpreter() if on_cpu else contextlib.nullcontext()
+    with optimus_ir.enabled("horizontal" if horizontal else None), interpreter, recording() as records:
         out = torch.compile(fn, dynamic=dynamic or None)(*inputs)
         if backward:
             out.backward()
@@ -204,13 +212,20 @@ def _run(fn, inputs, horizontal: bool, dynamic: bool, backward: bool):
     return (out if isinstance(out, tuple) else (out,)), inputs, [r for r in records if r.rule == RULE]
 
 
-def _eager(fn, inputs, backward: bool):
+def run_eager(fn, inputs, backward: bool = False):
+    """``fn`` in eager mode on fresh copies of ``inputs``: ``(outputs or gradients, inputs after)``."""
     inputs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
     out = fn(*inputs)
     if backward:
         out.backward()
         out = tuple(x.grad for x in inputs)
     return (out if isinstance(out, tuple) else (out,)), inputs
+
+
+def low_precision(description) -> bool:
+    """Whether eager rounds the case's intermediate results to a 16-bit dtype where Inductor's kernels keep fp32
+    (the case's dtype; mixed: gelu of bf16 before the cast)."""
+    return description.get("dtype") in (torch.bfloat16, torch.float16) or description["kind"] == "mixed_dtypes"
 
 
 def _assert_same(actual, stock, eager, eager_tolerance):
@@ -226,14 +241,12 @@ def _assert_same(actual, stock, eager, eager_tolerance):
 @functools.cache
 def _checked(case: str, seed: int) -> bool:
     """Check one case; whether the pass merged any of its kernels."""
-    fn, inputs, description = (_storm if case == "storm" else _odd_case)(seed)
+    fn, inputs, description = (storm if case == "storm" else odd_case)(seed)
     dynamic, backward = description["kind"] == "dynamic", description["kind"] == "training"
-    # eager rounds each op's result to a 16-bit dtype, Inductor's kernels only their outputs (mixed: gelu's)
-    low_precision = description.get("dtype") in (torch.bfloat16, torch.float16) or description["kind"] == "mixed_dtypes"
-    eager_tolerance = dict(atol=2e-2, rtol=2e-2) if low_precision else dict(atol=1e-4, rtol=1e-4)
-    actual, actual_inputs, records = _run(fn, inputs, True, dynamic, backward)
-    stock, stock_inputs, _ = _run(fn, inputs, False, dynamic, backward)
-    eager, eager_inputs = _eager(fn, inputs, backward)
+    eager_tolerance = dict(atol=2e-2, rtol=2e-2) if low_precision(description) else dict(atol=1e-4, rtol=1e-4)
+    actual, actual_inputs, records = run_compiled(fn, inputs, True, dynamic, backward)
+    stock, stock_inputs, _ = run_compiled(fn, inputs, False, dynamic, backward)
+    eager, eager_inputs = run_eager(fn, inputs, backward)
     _assert_same(actual, stock, eager, eager_tolerance)
     _assert_same(actual_inputs, stock_inputs, eager_inputs, eager_tolerance)  # in-place updates
     assert not [r for r in records if "internal error" in r.detail], records
