@@ -117,6 +117,7 @@ def odd_case(seed: int, device: str = "cpu"):
     count, rows, width = rng.randint(2, 5), rng.choice([3, 17, 64]), rng.choice([8, 32, 100])
     kind = list(_ODD_KINDS)[seed % len(_ODD_KINDS)]
     make_inputs, member = _ODD_KINDS[kind]
+
     def randn(*shape, dtype=torch.float32, requires_grad=False):
         return torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_(requires_grad)
 
