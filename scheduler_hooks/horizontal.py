@@ -650,7 +650,7 @@ def _planning_worked_out_once(scheduler: Any) -> Iterator[None]:
     run together, never a buffer: the sizes (``memory.compute_size_for_scheduler_buffer``) are worked out once for
     the pass. The freeable inputs depend on the set of nodes only, and both the reordering and
     :func:`_taken_over_by_reuse` ask for those of one set: worked out once per estimate
-    (``memory.get_freeable_input_buf``). Together a third of the pass's time (the layer-norm storm's training
+    (``memory.get_freeable_input_buf``). Together about 30% of the pass's time (the layer-norm storm's training
     step, without a GPU). Inductor's own reordering after the pass works everything out anew."""
     stock_sizes, stock_freeable = memory.compute_size_for_scheduler_buffer, memory.get_freeable_input_buf
     sizes: dict[str, tuple[int, int]] = {}
