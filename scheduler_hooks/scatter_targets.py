@@ -36,6 +36,8 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
     stage = "pre_fusion"  # before any merge: fusion and the member-table groups keep the dependencies
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
+        if not nodes:  # a graph of views alone
+            return nodes
         scheduler = nodes[0].scheduler
         writer = {name: node for node in nodes for name in node.get_buffer_names()}
         for node in nodes:
