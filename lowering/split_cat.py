@@ -283,16 +283,21 @@ def _fold_strided(prog: _Progression, dim: int, out_stride: list[sympy.Expr]) ->
 
 
 def _merge_affine(folds: list[_Fold], dim: int) -> list[_Fold]:
-    """Join contiguous neighbours with one body whose index maps are the same affine map of the cat coordinate.
+    """Join neighbours (one ends where the next starts, neither strided) with one body whose index maps are the
+    same affine map of the cat coordinate.
 
     E.g. ``split(x, [16, 16, 32])`` → relu → cat in order: runs of sizes 16+16 and 32 both read ``x`` at the
-    output position, so they are one Pointwise ``relu(x)``.
+    output position, so they are one Pointwise ``relu(x)``. Folds come in order of their first piece, so two
+    runs of one body can follow each other in the list with another body's strided members between them
+    (``[relu] * 3, neg, [relu] * 3, neg, [relu] * 4``: relu's runs are rows 4-6 and 8-11): those stay apart.
     """
     merged = [folds[0]]
     for fold in folds[1:]:
         last = merged[-1]
-        contiguous = last.member_step is None and fold.member_step is None
-        if contiguous and last.template.ops_key == fold.template.ops_key:
+        adjacent = (
+            last.member_step is None and fold.member_step is None and fold.start == last.start + last.ranges[dim]
+        )
+        if adjacent and last.template.ops_key == fold.template.ops_key:
             var = last.out_vars[dim]
             last_map = last.affine_map(var)
             if last_map is not None and last_map == fold.affine_map(var):
