@@ -35,6 +35,8 @@ def compile_sized_parts(members: list[Any]) -> list[list[Any]]:
     to the part its middle falls into (so a part can pass the limit by half a member at each end)."""
     weights = [_ops(member) for member in members]
     count = max(1, math.ceil(sum(weights) / MAX_KERNEL_OPS))
+    if count == 1:  # (also members of no compute ops at all: copies)
+        return [members]
     target = sum(weights) / count
     parts: list[list[Any]] = [[] for _ in range(count)]
     before = 0

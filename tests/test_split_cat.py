@@ -263,6 +263,8 @@ def test_piece_groups_heavier_than_a_kernel_are_cut_in_order_into_parts_of_equal
     assert [[m.ops for m in part] for part in parts] == [[limit // 2], [limit // 2, 1], [limit + 5, 3, 4]]
     light = [member(ops) for ops in (3, 4, 5)]
     assert piece_groups.compile_sized_parts(light) == [light]
+    copies = [member(0) for _ in range(3)]  # pieces copied as they are (divided by a weight of 0 before)
+    assert piece_groups.compile_sized_parts(copies) == [copies]
 
 
 def test_chain_of_layers_in_a_bf16_training_step():

@@ -1,7 +1,8 @@
 """Seeded random split → op → cat chains through all passes, run on CPU by Triton's interpreter.
 
-Each case is a seed: a tensor cut into pieces (split, split_with_sizes, chunk, unbind, every other row), a
-different elementwise op on each piece (a row sum broadcast back among them), the pieces glued back (cat in
+Each case is a seed: a tensor cut into pieces (split, split_with_sizes, chunk, unbind, every other row), an
+elementwise op on each piece from one to three per layer (so runs of one op, and ops at strides; a row sum
+broadcast back among them), the pieces glued back (cat in
 order, reversed or shuffled, or stack), for one to three layers, fp32 or bf16. The result must equal stock
 Inductor's and eager's: to float rounding in fp32; in bf16, to bf16's precision (a fused chain keeps fp32 between
 layers where stock and eager round to bf16).
@@ -17,7 +18,7 @@ import optimus_ir
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.registry import recording
 
-CHAINS = range(24)
+CHAINS = range(48)
 
 OPS = [
     torch.relu,
@@ -46,7 +47,8 @@ def chain(seed: int):
     count = rng.choice([4, 8, 16])
     bounds = sorted(rng.sample(range(1, size), min(rng.choice([3, 12]), size - 1)))
     sizes = [b - a for a, b in zip([0, *bounds], [*bounds, size])]
-    ops = [[rng.randrange(len(OPS)) for _ in range(size)] for _ in range(layers)]
+    palettes = [rng.sample(range(len(OPS)), rng.choice([1, 2, 3])) for _ in range(layers)]  # runs and strides
+    ops = [[rng.choice(palette) for _ in range(size)] for palette in palettes]
     order = list(range(size))
     rng.shuffle(order)
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
