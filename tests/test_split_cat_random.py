@@ -34,8 +34,9 @@ OPS = [
 ]
 
 
-def chain(seed: int):
-    """``(fn, x, description)``: one to three layers of cut → an op per piece → glue, along one dimension."""
+def chain(seed: int, device: str = "cpu"):
+    """``(fn, x, description)``: one to three layers of cut → an op per piece → glue, along one dimension, on
+    ``device``."""
     rng = random.Random(seed)
     dtype = rng.choice([torch.float32, torch.float32, torch.bfloat16])
     shape = [rng.choice([4, 8, 16, 24]), rng.choice([8, 16, 32, 48])] + ([rng.choice([2, 4])] if rng.random() < 0.3 else [])
@@ -51,7 +52,7 @@ def chain(seed: int):
     ops = [[rng.choice(palette) for _ in range(size)] for palette in palettes]
     order = list(range(size))
     rng.shuffle(order)
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device, dtype)
 
     def pieces_of(t):
         if cut == "split":
