@@ -22,6 +22,11 @@ to the language patches that the interpreter installs for it (``triton.runtime.i
 * ``range(0, r0_numel, R0_BLOCK)`` in looped reductions converts a one-element array with ``int()``, which numpy >=
   2.4 rejects; the conversion goes through ``ndarray.item()``.
 
+And one to Inductor: a 0-d CPU graph input is passed to a Triton kernel by value (``GraphLowering.is_unspec_arg``),
+which on CPU makes every 0-d input a value. A backward's 0-d saved tensor that AOTAutograd donates is then both
+that value and, where Inductor writes a gradient over it in place, the kernel's output pointer: the kernel does not
+compile (``tmp1 = in_out_ptr0``). On a GPU such a tensor is a GPU tensor, passed by address; so it is here too.
+
 For the duration of the context, jitted functions are rewritten with ``not x`` evaluated elementwise on blocks, as
 the compiler does (see :func:`_ast_transformer`), and numpy's floating-point warnings are off during launches.
 """
@@ -295,6 +300,22 @@ def _interpreter_patches() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _donated_saved_tensors_by_address() -> Iterator[None]:
+    """0-d graph inputs that AOTAutograd donates (a backward's saved tensors) are passed to kernels by address, as
+    on a GPU, not by value (see the module docstring)."""
+    from torch._inductor import ir
+    from torch._inductor.graph import GraphLowering
+
+    stock = GraphLowering.is_unspec_arg
+
+    def is_unspec_arg(self: GraphLowering, name: str) -> bool:
+        return stock(self, name) and not isinstance(self.graph_inputs_original.get(name), ir.DonatedBuffer)
+
+    with mock.patch.object(GraphLowering, "is_unspec_arg", is_unspec_arg):
+        yield
+
+
 class _InterpreterDriver:
     """Stand-in for the active Triton driver on a machine without a GPU. Inductor's Triton codegen asks the driver for
     the target only to hash kernels; the interpreter itself needs no driver."""
@@ -354,6 +375,7 @@ def cpu_triton_interpreter() -> Iterator[None]:
             # From triton_helpers.set_driver_to_cpu() in every kernel module; the interpreter needs no CPU backend.
             warnings.filterwarnings("ignore", "Could not find an active CPU backend", UserWarning)
             stack.enter_context(_interpreter_patches())
+            stack.enter_context(_donated_saved_tensors_by_address())
             yield
     finally:
         torch._dynamo.reset()

@@ -183,6 +183,24 @@ def test_reduction_non_contiguous(shape):
     _check(lambda x: (x * 2).sum(1), x)
 
 
+def test_backward_writing_over_a_donated_0d_saved_tensor():
+    """The backward of ``x.sum() ** 2`` writes its 0-d gradient over the saved sum, a donated graph input: passed by
+    address (as on a GPU), not by value (Inductor's rule for 0-d CPU inputs made the kernel ``tmp1 = in_out_ptr0``,
+    which does not compile)."""
+
+    def step(x):
+        x = x.detach().requires_grad_()
+        (x.sum() ** 2).backward()
+        return x.grad
+
+    x = _randn(PERSISTENT)
+    with cpu_triton_interpreter():
+        compiled = torch.compile(lambda x: x.sum() ** 2)
+        x_compiled = x.clone().requires_grad_()
+        compiled(x_compiled).backward()
+    torch.testing.assert_close(x_compiled.grad, step(x))
+
+
 def test_normal_compile_after_exit():
     """Leaving the context restores the C++ CPU backend and the interpreter, and compiled functions recompile."""
     def fn(x):
