@@ -45,13 +45,14 @@ import collections
 import ctypes
 import functools
 import itertools
+import math
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
 
-__all__ = ["MemberTable", "tensors_of"]
+__all__ = ["MemberTable", "tensors_of", "tensors_of_each_row"]
 
 _INT64_MAX = 2**63 - 1
 _data_ptr = torch.Tensor.data_ptr
@@ -167,6 +168,15 @@ def tensors_of(whole: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor
     time (CPU, 128 members: 35 µs, against 56 for ``unbind`` into autograd views)."""
     with torch._C._AutoDispatchBelowADInplaceOrView():
         return whole.split_with_sizes(rows)
+
+
+def tensors_of_each_row(whole: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """The members' buffers of one ``shape`` in their one allocation ``whole`` (``[N, row]``), one at the start of
+    each row (rows are padded to 16 bytes: 0-d sums, 64-byte partial sums), below autograd's view tracking as in
+    :func:`tensors_of`: one ``as_strided`` and one ``unbind``, whatever N is."""
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        return whole.as_strided((whole.shape[0], *shape), (whole.stride(0), *strides)).unbind(0)
 
 
 class MemberTable:

@@ -79,6 +79,8 @@ MAX_EMPTY_BLOCKS = 2048
 #: backward's 190, on this project's CI machine). Groups are tried whole first, then halves, level by level, so the
 #: estimates go to the largest merges; what is left untried keeps its stock kernels, with the reason in the dump.
 MAX_ESTIMATED_NODES = 32768
+#: The CUDA caching allocator rounds every allocation up to a multiple of this many bytes.
+_ALLOCATION_BLOCK = 512
 
 
 @dataclasses.dataclass
@@ -383,13 +385,18 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         self, nodes: list[Any], to_try: collections.deque[tuple[list[tuple[Any, Structure]], bool]],
         bytes_of: BufferBytes,
     ) -> list[Any]:
-        """Merge each group of ``to_try`` (whole, then halves) where the estimated peak memory stays."""
+        """Merge each group of ``to_try`` (whole, then halves) where the estimated peak memory stays.
+
+        A group the estimate rejects while a group still to try reads its outputs is tried once more after that one
+        (merged, the readers may free what the first try found live: the second stages of 12 full sums, whose
+        outputs become one allocation, let their first stages merge too)."""
         # before any group: a group takes over its members' operation names
         estimate, estimated = _peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far
+        tried_again: set[int] = set()  # ids of the parts in ``to_try`` that are there for a second try
         while to_try:
             part, reduction = to_try.popleft()
             members = [m for m, _ in part]
-            own, own_tangents = _live_while_running(members, bytes_of)
+            own, own_tangents = _live_while_running(members, _one_allocations(members, [s for _, s in part]), bytes_of)
             if own > estimate.peak or own + own_tangents > estimate.peak_tangents_freed:
                 above = (
                     f"{own} bytes of their own inputs and outputs, above the peak before ({estimate.peak})"
@@ -410,9 +417,15 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 )
             else:
                 estimated += len(nodes)
-                nodes, estimate, merged = self._merge(nodes, part, reduction, estimate, bytes_of)
-                if not merged:
-                    to_try.extend((half, reduction) for half in _halves(part))
+                nodes, estimate, rejected = self._merge(nodes, part, reduction, estimate, bytes_of)
+                if rejected is None:
+                    continue
+                if id(part) not in tried_again and _outputs_read_by(part, to_try):
+                    tried_again.add(id(part))
+                    to_try.append((part, reduction))
+                    continue
+                record(self.name, False, [m.get_name() for m in members], f"{rejected}: split in two")
+                to_try.extend((half, reduction) for half in _halves(part))
         return nodes
 
     def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -454,30 +467,32 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     def _merge(
         self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool, before: MemoryEstimate,
         bytes_of: BufferBytes,
-    ) -> tuple[list[Any], MemoryEstimate, bool]:
+    ) -> tuple[list[Any], MemoryEstimate, str | None]:
         """Merge ``part`` unless the estimated peak memory would rise (or no schedule runs it together). ``before``
-        is the estimate of ``nodes``; returns the nodes, their estimate and whether it merged (a rejected merge
-        leaves the nodes and estimate as they were, so they are not estimated again before they change)."""
+        is the estimate of ``nodes``; returns the nodes, their estimate and why it did not merge (None where it
+        did; a rejected merge leaves the nodes and estimate as they were, so they are not estimated again before
+        they change)."""
         members = [m for m, _ in part]
         merged = MemberTableGroup(members, [s for _, s in part], reduction)
         candidate = replace_with_group(nodes, members, merged)
         if candidate is None:
             _forget(merged, members)
-            record(self.name, False, [m.get_name() for m in members], "no schedule runs them together: split in two")
-            return nodes, before, False
+            return nodes, before, "no schedule runs them together"
         after = _peak_memory(candidate, bytes_of)
         if after.no_higher_than(before):
             record(
                 self.name, True, [m.get_name() for m in members],
                 f"{len(members)} kernels → one kernel ({merged.describe()})",
             )
-            return candidate, after, True
+            return candidate, after, None
         _forget(merged, members)
-        record(
-            self.name, False, [m.get_name() for m in members],
-            f"estimated peak memory {after.versus(before)}: split in two",
-        )
-        return nodes, before, False
+        return nodes, before, f"estimated peak memory {after.versus(before)}"
+
+
+def _outputs_read_by(part: list[tuple[Any, Structure]], to_try: collections.deque[Any]) -> bool:
+    """Whether a member of a group in ``to_try`` reads a buffer that a member of ``part`` writes."""
+    written = OrderedSet(name for member, _ in part for name in member.get_buffer_names())
+    return any(written & member.used_buffer_names() for other, _ in to_try for member, _ in other)
 
 
 def _halves(part: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -569,14 +584,28 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     for step, node in enumerate(nodes):
         for dep in node.read_writes.reads:
             last_read[dep.name] = step
+    # a backward's saved tensors that AOTAutograd donates: storages an output can take over in place
+    for name in scheduler.name_to_donated_buffer:
+        value = V.graph.graph_inputs.get(name)
+        if (
+            name in last_read and not _is_tangent(name) and isinstance(value, ir.TensorBox)
+            and not is_nonfreeable_buffers(StarDep(name))
+        ):
+            storage_of[name] = name
+            sizes[name] = bytes_of.allocated(name, value.get_output_spec(), own_elements=True)
+            first_write[name] = 0
     for step, node in enumerate(nodes):
+        regions = _regions_of_one_allocation(node)
         for snode in node.get_nodes():
             for buf in snode.get_outputs():
                 name = buf.get_name()
                 if name in V.graph.removed_buffers:
                     continue
                 layout = buf.node.get_output_spec()
-                if isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf, outputs):
+                if name in regions:
+                    storage, nbytes = regions[name]
+                    storage_of[name], sizes[storage] = storage, nbytes
+                elif isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf, outputs):
                     storage_of[name] = layout.view.data.get_name()
                 elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
                     # in place: also through a buffer only its own kernel reads (layer norm: x → x - mean → out)
@@ -604,7 +633,7 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     tangent_frees: dict[int, int] = {}
     for name, value in V.graph.graph_inputs.items():  # a backward's saved tensors: live until their last reader
         layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
-        if name not in last_read or not isinstance(layout, ir.Layout):
+        if name not in last_read or not isinstance(layout, ir.Layout) or name in sizes:
             continue
         # its own elements, not its storage's: saved views of one buffer (the halves of a split, a weight's
         # transpose) would count that storage once each, a constant that hid where the real peak is
@@ -639,6 +668,18 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         live -= frees.get(step, 0)
         tangents_live -= tangent_frees.get(step, 0)
     return MemoryEstimate(peak, peak_tangents_freed, at_fallbacks)
+
+
+def _regions_of_one_allocation(node: Any) -> dict[str, tuple[str, int]]:
+    """For a merged group: its buffers that are regions of one allocation (:func:`_one_allocations`), each with the
+    allocation's name in the estimates and its bytes."""
+    if not isinstance(node, MemberTableGroup):
+        return {}
+    return {
+        name: (f"one allocation of {allocation.names[0]}", _in_blocks(allocation.nbytes))
+        for allocation in node.one_allocations.values()
+        for name in allocation.names
+    }
 
 
 @contextlib.contextmanager
@@ -677,16 +718,18 @@ def _planning_worked_out_once(scheduler: Any) -> Iterator[None]:
         memory.compute_size_for_scheduler_buffer, memory.get_freeable_input_buf = stock_sizes, stock_freeable
 
 
-def _live_while_running(members: list[Any], bytes_of: BufferBytes) -> tuple[int, int]:
+def _live_while_running(
+    members: list[Any], allocations: dict[int, OneAllocation], bytes_of: BufferBytes
+) -> tuple[int, int]:
     """Bytes that :func:`_peak_memory` finds live while one kernel runs ``members``, in any order of the rest: their
-    outputs that get storage of their own, and what they read that the graph frees (another kernel's output of its
+    outputs that get storage of their own (those of ``allocations`` one allocation each), and what they read that the graph frees (another kernel's output of its
     own storage, a graph input the wrapper frees), then the incoming gradients (``tangents_*``) they read. A lower
     bound of the estimate after merging them, with no estimate: where it is above the peak before, the merge raises
     it (a backward's pointwise kernels that each write 16 MiB, under a peak of 19 MB)."""
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
     written: set[str] = set()
-    own = tangents = 0
+    tangents = 0
 
     def own_storage(buf: Any) -> ir.Layout | None:
         layout = buf.node.get_output_spec()
@@ -699,11 +742,13 @@ def _live_while_running(members: list[Any], bytes_of: BufferBytes) -> tuple[int,
             return None
         return layout
 
+    in_one_allocation = {name for allocation in allocations.values() for name in allocation.names}
+    own = sum(_in_blocks(allocation.nbytes) for allocation in allocations.values())
     for member in members:
         for snode in member.get_nodes():
             for buf in snode.get_outputs():
                 written.add(buf.get_name())
-                if (layout := own_storage(buf)) is not None:
+                if buf.get_name() not in in_one_allocation and (layout := own_storage(buf)) is not None:
                     own += bytes_of.allocated(buf.get_name(), layout)
     for name in OrderedSet(dep.name for member in members for dep in member.read_writes.reads):
         if name in written:
@@ -788,16 +833,17 @@ def _in_place_source(
 ) -> str | None:
     """The buffer whose storage an output of ``snode`` (``size`` bytes) takes over, as Inductor's in-place reuse
     gives it (``decide_inplace_update``: the kernel is the buffer's last reader and reads it at the index it
-    writes, ``NodeUser.can_inplace``; the sizes match; not a graph input or output, not a view), or None. Never in a
-    merged group's kernel, whose outputs are its own: without this, merging in-place layer norms looked free where
-    it allocated their outputs."""
+    writes, ``NodeUser.can_inplace``; the sizes match; not a graph output, not a view, not a graph input but a saved
+    tensor AOTAutograd donates), or None. Never in a merged group's kernel, whose outputs are its own: without this,
+    merging in-place layer norms looked free where it allocated their outputs (and merging the backward of six
+    ``x.sum() ** 2``, whose stock kernels write each 0-d gradient over the donated saved tensor it reads)."""
     if isinstance(node, MemberTableGroup) or not isinstance(snode, SchedulerNode) or not config.inplace_buffers:
         return None
     for dep in snode.read_writes.reads:
         name = dep.name
         storage = storage_of.get(name)
         if (
-            storage is None  # a graph input, nothing allocated
+            storage is None  # a graph input the caller holds
             or (storage != name and name not in in_place)  # a view
             or name in taken
             or name in outputs
@@ -805,7 +851,8 @@ def _in_place_source(
             or sizes.get(storage) != size
         ):
             continue
-        buf = snode.scheduler.name_to_buf.get(name)
+        scheduler = snode.scheduler
+        buf = scheduler.name_to_buf.get(name) or scheduler.name_to_donated_buffer.get(name)
         if buf is not None and any(user.node is snode and user.can_inplace for user in buf.users):
             taken.add(name)
             return name
@@ -815,6 +862,11 @@ def _in_place_source(
 def _cudagraph_trees() -> bool:
     """Whether this compile's graphs run under cudagraph trees (``mode="reduce-overhead"``)."""
     return bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
+
+
+def _in_blocks(nbytes: int) -> int:
+    """What the CUDA caching allocator hands out for an allocation of ``nbytes``: whole 512-byte blocks."""
+    return -(-nbytes // _ALLOCATION_BLOCK) * _ALLOCATION_BLOCK
 
 
 class BufferBytes:
@@ -827,12 +879,12 @@ class BufferBytes:
 
     def allocated(self, name: str, layout: ir.Layout, own_elements: bool = False) -> int:
         """What the CUDA caching allocator hands out for buffer ``name`` of this layout (or, ``own_elements``, for
-        its elements alone): whole 512-byte blocks."""
+        its elements alone): whole blocks (:func:`_in_blocks`)."""
         key = (name, own_elements)
         if key not in self._allocated:
             numel = sympy_product(layout.size) if own_elements else layout.storage_size()
             size = V.graph.sizevars.size_hint(numel, fallback=0) * layout.dtype.itemsize
-            self._allocated[key] = -(-size // 512) * 512
+            self._allocated[key] = _in_blocks(size)
         return self._allocated[key]
 
     def reuse_kind(self, buf: Any) -> tuple[Any, int, bool]:
@@ -864,6 +916,8 @@ class MemberTableGroup(GroupKernelNode):
         super().__init__(members)
         self.members, self.structures, self.reduction = members, structures, reduction
         self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
+        #: by slot: the members' buffers made as one allocation (for the memory estimates)
+        self.one_allocations = _one_allocations(members, structures)
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_member_table_group(backend, self)
@@ -917,7 +971,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         return
     kernel_name = backend.define_kernel(src_code, schedule, kernel)
     kernel.kernel_name = kernel_name
-    kernel.outputs_together = _allocate_returned_outputs_together(kernel_name, members, structures)
+    kernel.outputs_together = _allocate_together(kernel_name, members, structures)
     with V.set_kernel_handler(kernel):
         for member in members:
             for node in member.get_nodes():
@@ -995,54 +1049,104 @@ def _over_flat_index(
             snode._body, snode._sizes = body, sizes
 
 
-def _allocate_returned_outputs_together(
-    kernel_name: str, members: list[Any], structures: list[Structure]
-) -> dict[str, tuple[str, list[int]]]:
-    """Members' outputs that an inference graph returns: one allocation per output, the members' buffers regions of
-    it (one ``split_with_sizes`` call instead of an allocation per member, below autograd's view tracking:
-    ``runtime.tensors_of``; the host work per call stops growing by ~3 us per member). Each region starts 16-byte
-    aligned, as Inductor assumes of every buffer. Returns, by the first member's buffer of each such slot, the
-    allocation and where each member's region starts in it (bytes): the member table is given the allocation alone
-    (one address to read per call, not one per member).
+@dataclasses.dataclass(frozen=True)
+class OneAllocation:
+    """The members' buffers of one slot as regions of one allocation, each starting 16-byte aligned (as Inductor
+    assumes of every buffer), in the order of ``names``: end to end along the first dimension (``rows``: the row
+    count of each; each region a multiple of 16 bytes), or, members of one shape, one region at the start of each
+    row of a ``[N, row]`` allocation (``rows`` None; ``region``: their shape)."""
+
+    names: tuple[str, ...]
+    shape: tuple[int, ...]  # of the allocation
+    rows: tuple[int, ...] | None
+    region: tuple[int, ...]
+    starts: tuple[int, ...]  # where each region starts, in bytes
+    nbytes: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
+    """By slot, the members' buffers that are made as one :class:`OneAllocation` (in the order of ``members``):
+
+    - outputs an inference graph returns: one allocation and one split per call instead of an allocation per
+      member (below autograd's view tracking, ``runtime.tensors_of``: the host work per call stops growing by ~3 us
+      per member);
+    - buffers each smaller than the CUDA caching allocator's 512-byte block, which it would round each of them up
+      to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of blocks for 768 bytes): those
+      other kernels read (the allocation lives until the last reader of any of them is done), and a training
+      graph's outputs (a forward's outputs are saved for the backward, which frees each after its last use: only
+      small ones share an allocation).
 
     Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
     time per call than separate tensors (H200, 128 × tanh under ``mode="reduce-overhead"``: 989 µs with views
     against stock's 323, 468 µs without against stock's 257 in a later run; ``reduce_overhead_probe*.txt`` of
-    2026-11-30)."""
-    together: dict[str, tuple[str, list[int]]] = {}
-    if not V.graph.is_inference or structures[0].numel_expr is not None or _cudagraph_trees():
-        return together  # training outputs are saved for the backward: separate tensors; symbolic sizes: not here
-    wrapper = V.graph.wrapper_code
-    outputs = set(V.graph.get_output_names())
+    2026-11-30).
+
+    Only the members' own buffers (not an input updated in place, not written at an offset into another buffer), of
+    static contiguous layouts and no elements of their own left out (a buffer only its own kernel reads is never
+    allocated)."""
+    if structures[0].numel_expr is not None or _cudagraph_trees():
+        return {}
+    scheduler = members[0].scheduler
+    outputs = OrderedSet(V.graph.get_output_names())
+    allocations = {}
     for slot in range(len(structures[0].slots)):
-        names = [s.slots[slot] for s in structures]
-        if not all(name in member.get_buffer_names() for name, member in zip(names, members)):
-            continue  # read by the members (a returned input of theirs, made earlier), or updated in place
-        if any(name not in outputs or name in V.graph.removed_buffers for name in names):
+        names = tuple(s.slots[slot] for s in structures)
+        if any(s.offsets[slot] for s in structures) or not all(
+            name in member.get_buffer_names() and name not in V.graph.removed_buffers
+            for name, member in zip(names, members)
+        ):
             continue
-        buffers = [V.graph.get_buffer(name) for name in names]
-        if any(s.offsets[slot] for s in structures):
-            continue  # written at an offset: not a buffer of its own
-        layouts = [buf.get_output_spec() for buf in buffers]
+        returned = {name in outputs for name in names}
+        buffers = [scheduler.name_to_buf[name] for name in names]
+        if len(returned) > 1 or returned == {False} and any(_kernel_local(scheduler, buf, outputs) for buf in buffers):
+            continue
+        layouts = [buf.node.get_output_spec() for buf in buffers]
         if not all(type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts):
             continue
+        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in layout.size):
+            continue
         shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
-        if any(len(shape) == 0 or 0 in shape for shape in shapes):
-            continue
         itemsize = layouts[0].dtype.itemsize
-        if len({shape[1:] for shape in shapes}) != 1:
-            continue
-        whole = (sum(shape[0] for shape in shapes), *shapes[0][1:])
-        if any(math.prod(shape) * itemsize % 16 for shape in shapes):
-            continue
-        stride = [math.prod(whole[i + 1 :]) for i in range(len(whole))]
-        storage = f"{kernel_name}_out{slot}"
-        wrapper.writeline(wrapper.make_allocation(storage, layouts[0].device, layouts[0].dtype, whole, stride))
-        wrapper.add_import_once("from optimus_ir.runtime import tensors_of")
-        wrapper.writeline(f"{', '.join(names)}, = tensors_of({storage}, {tuple(shape[0] for shape in shapes)!r})")
-        wrapper.allocated.update(names)
         sizes = [math.prod(shape) * itemsize for shape in shapes]
-        together[names[0]] = (storage, [0, *itertools.accumulate(sizes[:-1])])
+        if 0 in sizes or max(sizes) >= _ALLOCATION_BLOCK and not (returned == {True} and V.graph.is_inference):
+            continue  # a training graph's outputs are saved for the backward, which frees each after its use
+        if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
+            rows = tuple(shape[0] for shape in shapes)
+            shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
+            region, nbytes = shapes[0][1:], sum(sizes)
+        elif len(set(shapes)) == 1:
+            row = -(-sizes[0] // 16) * 16
+            rows, shape, region = None, (len(names), row // itemsize), shapes[0]
+            starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
+        else:
+            continue
+        allocations[slot] = OneAllocation(
+            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device
+        )
+    return allocations
+
+
+def _allocate_together(kernel_name: str, members: list[Any], structures: list[Structure]) -> dict[str, tuple[str, list[int]]]:
+    """Allocate the members' buffers that are one allocation (:func:`_one_allocations`) and split it into them.
+    Returns, by the first member's buffer of each such slot, the allocation and where each member's region starts
+    in it (bytes): the member table is given the allocation alone (one address to read per call, not one per
+    member)."""
+    wrapper = V.graph.wrapper_code
+    together: dict[str, tuple[str, list[int]]] = {}
+    for slot, allocation in _one_allocations(members, structures).items():
+        storage = f"{kernel_name}_out{slot}"
+        stride = [math.prod(allocation.shape[i + 1 :]) for i in range(len(allocation.shape))]
+        wrapper.writeline(
+            wrapper.make_allocation(storage, allocation.device, allocation.dtype, allocation.shape, stride)
+        )
+        function, shape = ("tensors_of", allocation.rows) if allocation.rows is not None else (
+            "tensors_of_each_row", allocation.region)
+        wrapper.add_import_once(f"from optimus_ir.runtime import {function}")
+        wrapper.writeline(f"{', '.join(allocation.names)}, = {function}({storage}, {shape!r})")
+        wrapper.allocated.update(allocation.names)
+        together[allocation.names[0]] = (storage, list(allocation.starts))
     return together
 
 
@@ -1098,7 +1202,7 @@ class MemberTableKernel(TritonKernel):
         self.uniform = len(set(numels)) == 1 and not self.symbolic
         self.pad_to = 1 << (len(numels) - 1).bit_length()
         #: by the first member's buffer of a slot: the one allocation all members' buffers of it lie in, and where
-        #: each one starts in it (bytes); see ``_allocate_returned_outputs_together``
+        #: each one starts in it (bytes); see ``_allocate_together``
         self.outputs_together: dict[str, tuple[str, list[int]]] = {}
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
         self.size_hint_x = self._size_hint_x(reduction)

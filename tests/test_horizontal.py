@@ -23,6 +23,7 @@ from optimus_ir.runtime import MemberTable
 from optimus_ir.scheduler_hooks import horizontal
 from optimus_ir.scheduler_hooks.horizontal import IdenticalKernelsToMemberTableKernel, Structure
 
+from test_horizontal_random import run_compiled
 from wrapper_memory import peak_bytes
 
 RULE = "IdenticalKernelsToMemberTableKernel"
@@ -662,6 +663,67 @@ def test_returned_outputs_in_one_allocation_are_tensors_of_their_own_to_autograd
     actual[1].detach_()
     torch.testing.assert_close(actual[0], expected[0] * 2)
     torch.testing.assert_close(actual[1:], expected[1:])  # the in-place op stayed in its own region
+
+
+def _full_sums(*xs):
+    return tuple(x.sum() for x in xs)
+
+
+def test_full_reductions_merge_both_stages_with_their_small_buffers_in_one_allocation():
+    # Inductor splits each sum of 131072 elements in two kernels: 16 partial sums (64 bytes), then their sum.
+    # Each partial and each 0-d result took a 512-byte block of its own: merging either stage kept 12 of them
+    # alive at once (estimated 6656 → 7168 bytes). As one allocation each (12 x 64 bytes, 12 x 16), both merge.
+    inputs = tuple(torch.randn(256, 512) for _ in range(12))
+    stock = compile_report(_full_sums, inputs, passes=None)
+    report = compile_report(_full_sums, inputs, passes="horizontal")
+    assert (len(stock.launches), len(report.launches)) == (24, 2)
+    assert [len(r.nodes) for r in _fired(report)] == [12, 12] and not _rejected(report)
+    wrapper = report.graphs[0].wrapper
+    partials = re.search(r"(\w+) = empty_strided_cuda\(\(192, \), \(1, \), torch.float32\)", wrapper)
+    sums = re.search(r"(\w+) = empty_strided_cuda\(\(12, 4\), \(4, 1\), torch.float32\)", wrapper)
+    assert partials and f"= tensors_of({partials[1]}, {(16,) * 12})" in wrapper  # 64 bytes each, end to end
+    assert sums and f"= tensors_of_each_row({sums[1]}, ())" in wrapper  # 4 bytes each, 16 apart
+    assert peak_bytes(wrapper) <= peak_bytes(stock.graphs[0].wrapper) // 4
+    actual, _, _ = run_compiled(_full_sums, inputs, horizontal=True)
+    assert [out.shape for out in actual] == [torch.Size([])] * 12
+    assert len({out.untyped_storage().data_ptr() for out in actual}) == 1 and not any(o._is_view() for o in actual)
+    torch.testing.assert_close(actual, run_compiled(_full_sums, inputs, horizontal=False)[0], rtol=0, atol=0)
+    torch.testing.assert_close(actual, _full_sums(*inputs), rtol=1e-5, atol=1e-3)  # sums of 131072 in fp32
+
+
+def test_a_group_rejected_by_the_estimate_is_tried_again_after_the_group_that_reads_its_outputs():
+    # the first stages come first: alone they raise the estimate (their partial sums live beside 12 results of a
+    # block each); once the second stages have merged (one allocation for the results), they merge whole
+    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+        report = compile_report(_full_sums, tuple(torch.randn(256, 512) for _ in range(12)), passes="horizontal")
+    assert estimates.call_count == 4  # before; first stages; second stages; first stages again
+    first, second = _fired(report)
+    assert "1 each" in first.detail and "16 each" in second.detail  # rows of 1 partial sum each, then 16 each
+    with mock.patch.object(horizontal, "_outputs_read_by", return_value=False):
+        once = compile_report(_full_sums, tuple(torch.randn(256, 512) for _ in range(12)), passes="horizontal")
+    assert "estimated peak memory 6656 → 7168 bytes" in _rejected(once)[0].detail and len(once.launches) == 3
+
+
+def test_a_training_steps_small_buffers_share_one_allocation_and_its_in_place_gradients_stay():
+    # forward: the partial sums (64 bytes each) share one allocation (one kernel then sums each and their squares).
+    # Backward: stock's kernels write each 0-d gradient over the donated saved tensor it reads; merged, they would
+    # allocate a block: kept apart
+    def fn(*xs):
+        return sum(x.sum() ** 2 for x in xs)
+
+    inputs = tuple(torch.randn(256, 512, requires_grad=True) for _ in range(6))
+    stock = compile_report(fn, inputs, passes=None)
+    report = compile_report(fn, inputs, passes="horizontal")
+    assert (len(stock.launches), len(report.launches)) == (13, 8)
+    assert [len(r.nodes) for r in _fired(report)] == [6]
+    forward, backward = (graph.wrapper for graph in report.graphs)
+    assert re.search(r"= tensors_of\(\w+, \(16, 16, 16, 16, 16, 16\)\)", forward)
+    assert "tensors_of" not in backward and backward.count("; del mul") == 6  # in place: buf0 = mul; del mul
+    assert any("estimated peak memory 3072 → 3584 bytes" in r.detail for r in _rejected(report))
+    stock_forward, stock_backward = (peak_bytes(graph.wrapper) for graph in stock.graphs)
+    assert (peak_bytes(forward), peak_bytes(backward)) == (4096, stock_backward) and stock_forward == 6656
+    gradients, _, _ = run_compiled(fn, inputs, horizontal=True, backward=True)
+    torch.testing.assert_close(gradients, run_compiled(fn, inputs, horizontal=False, backward=True)[0], rtol=0, atol=0)
 
 
 def test_member_table_is_cached_by_addresses():
