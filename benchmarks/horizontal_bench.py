@@ -55,6 +55,10 @@ def row_sum_each(*xs):
     return [x.sum(dim=1) for x in xs]
 
 
+def sum_each(*xs):
+    return [x.sum() for x in xs]
+
+
 def layer_norm_each(*args):
     n = len(args) // 3
     return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(args[:n], args[n : 2 * n], args[2 * n :])]
@@ -90,9 +94,10 @@ WORKLOADS: list[tuple[str, Callable, Callable[[torch.dtype, bool], list[torch.Te
         lambda d, g: _tensors([(512 + 32 * i, 512) for i in range(48)], d, g),
         torch.float32,
     ),
+    ("48x full sum [256x512]", sum_each, lambda d, g: _tensors([(256, 512)] * 48, d, g), torch.float32),
 ]
 
-TRAINING = ["128x tanh [256x512]", "64x layer_norm [256x512]"]
+TRAINING = ["128x tanh [256x512]", "64x layer_norm [256x512]", "48x full sum [256x512]"]
 
 
 def _bytes(tensors: list[torch.Tensor]) -> int:
@@ -144,11 +149,11 @@ def inference_rows(bandwidth: float, only: list[str] | None = None) -> list[dict
     return rows
 
 
-def training_rows() -> list[dict]:
+def training_rows(only: list[str] | None = None) -> list[dict]:
     """Forward + backward: kernels and time per step, max error of the input grads."""
     rows = []
     for name, fn, make, dtype in WORKLOADS:
-        if name not in TRAINING or dtype != torch.float32:
+        if name not in TRAINING or dtype != torch.float32 or only and not any(part in name for part in only):
             continue
         inputs = tuple(make(dtype, True))
         grads = [torch.randn_like(out) for out in fn(*inputs)]
@@ -158,12 +163,12 @@ def training_rows() -> list[dict]:
     return rows
 
 
-def reduce_overhead_rows() -> list[dict]:
+def reduce_overhead_rows(only: list[str] | None = None) -> list[dict]:
     """``mode="reduce-overhead"`` (CUDA graphs): each call with NEW input tensors and new values must match eager
     (the member table holds addresses; cudagraph trees copy inputs into the graph's own buffers)."""
     rows = []
     for name, fn, make, dtype in WORKLOADS:
-        if dtype != torch.float32:
+        if dtype != torch.float32 or only and not any(part in name for part in only):
             continue
         for passes in (None, "all"):
             row = {"workload": f"{name} reduce-overhead", "variant": "optimus_ir" if passes else "stock"}
@@ -225,7 +230,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--parts", default="inference,training,graphs", help="comma list of the parts to run")
-    parser.add_argument("--only", nargs="+", help="inference: the workloads whose name contains one of these")
+    parser.add_argument("--only", nargs="+", help="the workloads whose name contains one of these")
     args = parser.parse_args()
     bandwidth = copy_bandwidth_bytes_per_ms()
     meta = header(" ".join(sys.argv)) | {"copy bandwidth GB/s": round(bandwidth / 1e6, 1)}
@@ -233,10 +238,10 @@ def main() -> None:
         inference = inference_rows(bandwidth, args.only)
         write_results(args.out, "horizontal", meta, inference, list(inference[0]))
     if "training" in args.parts:
-        training = training_rows()
+        training = training_rows(args.only)
         write_results(args.out, "horizontal_training", meta, training, list(training[0]))
     if "graphs" in args.parts:
-        graphs = reduce_overhead_rows() + dynamic_rows()
+        graphs = reduce_overhead_rows(args.only) + dynamic_rows()
         columns = list(dict.fromkeys(k for r in graphs for k in r))
         write_results(args.out, "horizontal_cuda_graphs_dynamic", meta, graphs, columns)
 
