@@ -387,14 +387,53 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     ) -> list[Any]:
         """Merge each group of ``to_try`` (whole, then halves) where the estimated peak memory stays.
 
-        A group the estimate rejects while a group still to try reads its outputs is tried once more after that one
-        (merged, the readers may free what the first try found live: the second stages of 12 full sums, whose
-        outputs become one allocation, let their first stages merge too)."""
+        Merging a group makes its small buffers one allocation (:func:`_one_allocations`), which can make room for
+        the group that reads them, and the other way round. So a group rejected while a group still to try is linked
+        to it that way (:func:`_linked`) waits: once a linked group merges, it is tried again; once none is left to
+        try, it is split. A group rejected while a linked group waits is tried together with it: the two stages of
+        48 full sums each raise the peak alone (the other stage's 48 buffers take a 512-byte block each), and lower
+        it together."""
         # before any group: a group takes over its members' operation names
         estimate, estimated = _peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far
-        tried_again: set[int] = set()  # ids of the parts in ``to_try`` that are there for a second try
-        while to_try:
-            part, reduction = to_try.popleft()
+        groups = _GroupsToTry(to_try)
+        waiting: list[tuple[list[tuple[Any, Structure]], bool, str]] = []
+        tried_again: set[int] = set()  # ids of the parts in ``groups`` that are there for a second try
+
+        def split(part: list[tuple[Any, Structure]], reduction: bool, why: str) -> None:
+            record(self.name, False, [m.get_name() for m, _ in part], f"{why}: split in two")
+            for half in _halves(part):
+                groups.push(half, reduction)
+
+        def merged(parts: list[list[tuple[Any, Structure]]]) -> None:
+            for item in [item for item in waiting if any(_linked(item[0], part) for part in parts)]:
+                waiting.remove(item)
+                tried_again.add(id(item[0]))
+                groups.push(item[0], item[1])
+
+        def rejected(part: list[tuple[Any, Structure]], reduction: bool, why: str) -> None:
+            nonlocal nodes, estimate, estimated
+            partner = next((item for item in waiting if _linked(item[0], part)), None)
+            if partner is not None and estimated + len(nodes) <= MAX_ESTIMATED_NODES:
+                waiting.remove(partner)
+                estimated += len(nodes)
+                nodes, estimate, jointly = self._merge(nodes, [partner[:2], (part, reduction)], estimate, bytes_of)
+                if jointly is None:
+                    merged([partner[0], part])
+                    return
+                split(*partner)
+                split(part, reduction, why)
+            elif id(part) not in tried_again and groups.linked_to(part):
+                waiting.append((part, reduction, why))
+            else:
+                split(part, reduction, why)
+
+        while groups or waiting:
+            for item in [item for item in waiting if not groups.linked_to(item[0])]:
+                waiting.remove(item)
+                split(*item)
+            if not groups:
+                continue
+            part, reduction = groups.pop()
             members = [m for m, _ in part]
             own, own_tangents = _live_while_running(members, _one_allocations(members, [s for _, s in part]), bytes_of)
             if own > estimate.peak or own + own_tangents > estimate.peak_tangents_freed:
@@ -405,11 +444,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                     f"peak before where incoming gradients are freed after their last reader "
                     f"({estimate.peak_tangents_freed})"
                 )
-                record(
-                    self.name, False, [m.get_name() for m in members],
-                    f"live while one kernel runs them: {above}: split in two",
-                )
-                to_try.extend((half, reduction) for half in _halves(part))
+                rejected(part, reduction, f"live while one kernel runs them: {above}")
             elif estimated + len(nodes) > MAX_ESTIMATED_NODES:
                 record(
                     self.name, False, [m.get_name() for m in members],
@@ -417,15 +452,11 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 )
             else:
                 estimated += len(nodes)
-                nodes, estimate, rejected = self._merge(nodes, part, reduction, estimate, bytes_of)
-                if rejected is None:
-                    continue
-                if id(part) not in tried_again and _outputs_read_by(part, to_try):
-                    tried_again.add(id(part))
-                    to_try.append((part, reduction))
-                    continue
-                record(self.name, False, [m.get_name() for m in members], f"{rejected}: split in two")
-                to_try.extend((half, reduction) for half in _halves(part))
+                nodes, estimate, why = self._merge(nodes, [(part, reduction)], estimate, bytes_of)
+                if why is None:
+                    merged([part])
+                else:
+                    rejected(part, reduction, why)
         return nodes
 
     def _independent_groups(self, candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -465,34 +496,83 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         return [p for p in parts if len(p) > 1]
 
     def _merge(
-        self, nodes: list[Any], part: list[tuple[Any, Structure]], reduction: bool, before: MemoryEstimate,
+        self, nodes: list[Any], parts: list[tuple[list[tuple[Any, Structure]], bool]], before: MemoryEstimate,
         bytes_of: BufferBytes,
     ) -> tuple[list[Any], MemoryEstimate, str | None]:
-        """Merge ``part`` unless the estimated peak memory would rise (or no schedule runs it together). ``before``
-        is the estimate of ``nodes``; returns the nodes, their estimate and why it did not merge (None where it
-        did; a rejected merge leaves the nodes and estimate as they were, so they are not estimated again before
-        they change)."""
-        members = [m for m, _ in part]
-        merged = MemberTableGroup(members, [s for _, s in part], reduction)
-        candidate = replace_with_group(nodes, members, merged)
-        if candidate is None:
-            _forget(merged, members)
-            return nodes, before, "no schedule runs them together"
-        after = _peak_memory(candidate, bytes_of)
-        if after.no_higher_than(before):
-            record(
-                self.name, True, [m.get_name() for m in members],
-                f"{len(members)} kernels → one kernel ({merged.describe()})",
-            )
+        """Merge each of ``parts`` (a group and whether it is a row reduction), all or none, unless the estimated peak
+        memory would rise (or no schedule runs a group together). ``before`` is the estimate of ``nodes``; returns
+        the nodes, their estimate and why they did not merge (None where they did; a rejected merge leaves the nodes
+        and estimate as they were, so they are not estimated again before they change)."""
+        candidate, made = nodes, []
+        for part, reduction in parts:
+            members = [m for m, _ in part]
+            made.append((MemberTableGroup(members, [s for _, s in part], reduction), members))
+            candidate = replace_with_group(candidate, members, made[-1][0])
+            if candidate is None:
+                break
+        after = None if candidate is None else _peak_memory(candidate, bytes_of)
+        if after is not None and after.no_higher_than(before):
+            jointly = f", together with the group of {parts[0][0][0][0].get_name()}" if len(parts) > 1 else ""
+            for merged, members in made:
+                record(
+                    self.name, True, [m.get_name() for m in members],
+                    f"{len(members)} kernels → one kernel ({merged.describe()}{jointly})",
+                )
             return candidate, after, None
-        _forget(merged, members)
+        for merged, members in reversed(made):
+            _forget(merged, members)
+        if after is None:
+            return nodes, before, "no schedule runs them together"
         return nodes, before, f"estimated peak memory {after.versus(before)}"
 
 
-def _outputs_read_by(part: list[tuple[Any, Structure]], to_try: collections.deque[Any]) -> bool:
-    """Whether a member of a group in ``to_try`` reads a buffer that a member of ``part`` writes."""
-    written = OrderedSet(name for member, _ in part for name in member.get_buffer_names())
-    return any(written & member.used_buffer_names() for other, _ in to_try for member, _ in other)
+def _reads(part: list[tuple[Any, Structure]]) -> list[str]:
+    return [name for member, _ in part for name in member.used_buffer_names()]
+
+
+def _writes(part: list[tuple[Any, Structure]]) -> list[str]:
+    """The buffers that merging ``part`` makes one allocation (:func:`_one_allocations`)."""
+    allocations = _one_allocations([m for m, _ in part], [s for _, s in part]).values()
+    return [name for allocation in allocations for name in allocation.names]
+
+
+def _linked(part: list[tuple[Any, Structure]], other: list[tuple[Any, Structure]]) -> bool:
+    """Whether one of the groups reads buffers that merging the other makes one allocation."""
+    return not OrderedSet(_writes(part)).isdisjoint(_reads(other)) or not OrderedSet(_reads(part)).isdisjoint(
+        _writes(other)
+    )
+
+
+class _GroupsToTry:
+    """The groups still to try, in order, and how many of their members read each buffer and write it into one
+    allocation (``_writes``)."""
+
+    def __init__(self, groups: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]]) -> None:
+        self._groups: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
+        self._reads: collections.Counter[str] = collections.Counter()
+        self._writes: collections.Counter[str] = collections.Counter()
+        for part, reduction in groups:
+            self.push(part, reduction)
+
+    def __bool__(self) -> bool:
+        return bool(self._groups)
+
+    def push(self, part: list[tuple[Any, Structure]], reduction: bool) -> None:
+        self._groups.append((part, reduction))
+        self._reads.update(_reads(part))
+        self._writes.update(_writes(part))
+
+    def pop(self) -> tuple[list[tuple[Any, Structure]], bool]:
+        part, reduction = self._groups.popleft()
+        self._reads.subtract(_reads(part))
+        self._writes.subtract(_writes(part))
+        return part, reduction
+
+    def linked_to(self, part: list[tuple[Any, Structure]]) -> bool:
+        """Whether a group still to try is :func:`_linked` to ``part``."""
+        return any(self._reads[name] > 0 for name in _writes(part)) or any(
+            self._writes[name] > 0 for name in _reads(part)
+        )
 
 
 def _halves(part: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
