@@ -1152,11 +1152,15 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
     - outputs an inference graph returns: one allocation and one split per call instead of an allocation per
       member (below autograd's view tracking, ``runtime.tensors_of``: the host work per call stops growing by ~3 us
       per member);
-    - buffers each smaller than the CUDA caching allocator's 512-byte block, which it would round each of them up
-      to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of blocks for 768 bytes): those
-      other kernels read (the allocation lives until the last reader of any of them is done), and a training
-      graph's outputs (a forward's outputs are saved for the backward, which frees each after its last use: only
-      small ones share an allocation).
+    - buffers that other kernels read, each smaller than the CUDA caching allocator's 512-byte block, which it
+      would round each of them up to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of
+      blocks for 768 bytes). The allocation lives until the last reader of any of them is done.
+
+    Not a training graph's outputs: what becomes of them is beyond this graph's estimates (a forward's are saved
+    for the backward, which frees each after its last use; a backward's gradients are accumulated into the
+    parameters' ``.grad`` one by one). Sharing one allocation, even small ones held memory that stock's had freed:
+    H200, gelu storm small training step, 14 bias gradients of 256 bytes: peak of the step 5120 bytes above what
+    was allocated before it, against stock's 1536 (``suite_small_training_outputs_shared.md``).
 
     Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
     time per call than separate tensors (H200, 128 × tanh under ``mode="reduce-overhead"``: 989 µs with views
@@ -1182,6 +1186,8 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
         buffers = [scheduler.name_to_buf[name] for name in names]
         if len(returned) > 1 or returned == {False} and any(_kernel_local(scheduler, buf, outputs) for buf in buffers):
             continue
+        if returned == {True} and not V.graph.is_inference:
+            continue  # see the docstring
         layouts = [buf.node.get_output_spec() for buf in buffers]
         if not all(type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts):
             continue
@@ -1190,8 +1196,8 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
         shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
         itemsize = layouts[0].dtype.itemsize
         sizes = [math.prod(shape) * itemsize for shape in shapes]
-        if 0 in sizes or max(sizes) >= _ALLOCATION_BLOCK and not (returned == {True} and V.graph.is_inference):
-            continue  # a training graph's outputs are saved for the backward, which frees each after its use
+        if 0 in sizes or returned == {False} and max(sizes) >= _ALLOCATION_BLOCK:
+            continue
         if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
             rows = tuple(shape[0] for shape in shapes)
             shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
