@@ -527,10 +527,11 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
 
 def _reads(part: list[tuple[Any, Structure]]) -> list[str]:
+    """The buffers the members of ``part`` read."""
     return [name for member, _ in part for name in member.used_buffer_names()]
 
 
-def _writes(part: list[tuple[Any, Structure]]) -> list[str]:
+def _in_one_allocation(part: list[tuple[Any, Structure]]) -> list[str]:
     """The buffers that merging ``part`` makes one allocation (:func:`_one_allocations`)."""
     allocations = _one_allocations([m for m, _ in part], [s for _, s in part]).values()
     return [name for allocation in allocations for name in allocation.names]
@@ -538,19 +539,19 @@ def _writes(part: list[tuple[Any, Structure]]) -> list[str]:
 
 def _linked(part: list[tuple[Any, Structure]], other: list[tuple[Any, Structure]]) -> bool:
     """Whether one of the groups reads buffers that merging the other makes one allocation."""
-    return not OrderedSet(_writes(part)).isdisjoint(_reads(other)) or not OrderedSet(_reads(part)).isdisjoint(
-        _writes(other)
-    )
+    return not OrderedSet(_in_one_allocation(part)).isdisjoint(_reads(other)) or not OrderedSet(
+        _reads(part)
+    ).isdisjoint(_in_one_allocation(other))
 
 
 class _GroupsToTry:
     """The groups still to try, in order, and how many of their members read each buffer and write it into one
-    allocation (``_writes``)."""
+    allocation (``_in_one_allocation``)."""
 
     def __init__(self, groups: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]]) -> None:
         self._groups: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
         self._reads: collections.Counter[str] = collections.Counter()
-        self._writes: collections.Counter[str] = collections.Counter()
+        self._in_one_allocation: collections.Counter[str] = collections.Counter()
         for part, reduction in groups:
             self.push(part, reduction)
 
@@ -560,18 +561,18 @@ class _GroupsToTry:
     def push(self, part: list[tuple[Any, Structure]], reduction: bool) -> None:
         self._groups.append((part, reduction))
         self._reads.update(_reads(part))
-        self._writes.update(_writes(part))
+        self._in_one_allocation.update(_in_one_allocation(part))
 
     def pop(self) -> tuple[list[tuple[Any, Structure]], bool]:
         part, reduction = self._groups.popleft()
         self._reads.subtract(_reads(part))
-        self._writes.subtract(_writes(part))
+        self._in_one_allocation.subtract(_in_one_allocation(part))
         return part, reduction
 
     def linked_to(self, part: list[tuple[Any, Structure]]) -> bool:
         """Whether a group still to try is :func:`_linked` to ``part``."""
-        return any(self._reads[name] > 0 for name in _writes(part)) or any(
-            self._writes[name] > 0 for name in _reads(part)
+        return any(self._reads[name] > 0 for name in _in_one_allocation(part)) or any(
+            self._in_one_allocation[name] > 0 for name in _reads(part)
         )
 
 
@@ -802,10 +803,11 @@ def _live_while_running(
     members: list[Any], allocations: dict[int, OneAllocation], bytes_of: BufferBytes
 ) -> tuple[int, int]:
     """Bytes that :func:`_peak_memory` finds live while one kernel runs ``members``, in any order of the rest: their
-    outputs that get storage of their own (those of ``allocations`` one allocation each), and what they read that the graph frees (another kernel's output of its
-    own storage, a graph input the wrapper frees), then the incoming gradients (``tangents_*``) they read. A lower
-    bound of the estimate after merging them, with no estimate: where it is above the peak before, the merge raises
-    it (a backward's pointwise kernels that each write 16 MiB, under a peak of 19 MB)."""
+    outputs that get storage of their own (those of ``allocations`` one allocation each), and what they read that
+    the graph frees (another kernel's output of its own storage, a graph input the wrapper frees), then the
+    incoming gradients (``tangents_*``) they read. A lower bound of the estimate after merging them, with no
+    estimate: where it is above the peak before, the merge raises it (a backward's pointwise kernels that each
+    write 16 MiB, under a peak of 19 MB)."""
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
     written: set[str] = set()
@@ -1189,7 +1191,9 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
         if returned == {True} and not V.graph.is_inference:
             continue  # see the docstring
         layouts = [buf.node.get_output_spec() for buf in buffers]
-        if not all(type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts):
+        if not all(
+            type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts
+        ):
             continue
         if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in layout.size):
             continue
@@ -1214,7 +1218,9 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
     return allocations
 
 
-def _allocate_together(kernel_name: str, members: list[Any], structures: list[Structure]) -> dict[str, tuple[str, list[int]]]:
+def _allocate_together(
+    kernel_name: str, members: list[Any], structures: list[Structure]
+) -> dict[str, tuple[str, list[int]]]:
     """Allocate the members' buffers that are one allocation (:func:`_one_allocations`) and split it into them.
     Returns, by the first member's buffer of each such slot, the allocation and where each member's region starts
     in it (bytes): the member table is given the allocation alone (one address to read per call, not one per
