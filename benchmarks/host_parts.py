@@ -2,7 +2,8 @@
 needed; the steps are host work either way): Inductor's own per-input asserts and alignment checks (stock pays
 them too), the output allocation split into 128 views (autograd views, as until the ninth session, and tensors of
 their own to autograd, ``runtime.tensors_of``, as now), and the member table's lookup by addresses (given each
-output view, as until the eighth session, and given their one allocation, as now).
+output view, as until the eighth session, and given their one allocation, as now), and the inputs' asserts as
+optimus_ir's wrapper makes them (``InputAssertsToOneCheck``: one ``InputChecks.check`` call).
 
     python benchmarks/host_parts.py --out DIR
 """
@@ -22,7 +23,7 @@ from torch._inductor.utils import copy_misaligned_inputs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import header, write_results  # noqa: E402
 
-from optimus_ir.runtime import MemberTable, tensors_of  # noqa: E402
+from optimus_ir.runtime import InputChecks, MemberTable, tensors_of  # noqa: E402
 
 MEMBERS, ROWS, WIDTH = 128, 256, 512
 
@@ -47,10 +48,13 @@ def main() -> None:
     offsets = [0] * MEMBERS + [i * numel * whole.element_size() for i in range(MEMBERS)]
     by_allocation = MemberTable(starts, numels, MEMBERS, byte_offsets=offsets, spans=[1] * MEMBERS + [MEMBERS])
     by_allocation(*inputs, whole)
+    checks = InputChecks([((ROWS, WIDTH), (WIDTH, 1))] * MEMBERS)
+    checks.assert_size_stride(*inputs)
     steps = {
         "Inductor: 128 assert_size_stride (stock too)": lambda: [
             assert_size_stride(x, (ROWS, WIDTH), (WIDTH, 1)) for x in inputs
         ],
+        "optimus_ir: the same asserts as one check (InputChecks.check)": lambda: checks.check(*inputs),
         "Inductor: alignment check of 128 inputs (stock too)": lambda: copy_misaligned_inputs(
             list(inputs), list(range(MEMBERS))
         ),

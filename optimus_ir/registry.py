@@ -1,6 +1,6 @@
 """Rule registry and the thin drivers that apply rules and record what fired and why others did not.
 
-A rule is one small class with a docstring that shows the IR before and after. Two kinds:
+A rule is one small class with a docstring that shows the IR before and after. Three kinds:
 
 - :class:`LoweringRule` replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs it recognizes. Its
   ``rewrite`` returns ``(ir_result, what_it_did)`` or raises :class:`Reject` with the reason; the driver then tries
@@ -8,6 +8,9 @@ A rule is one small class with a docstring that shows the IR before and after. T
 - :class:`SchedulerRule` rewrites the graph's operations before the scheduler is built, or the scheduler's node
   list before or after Inductor's own fusion. Its ``rewrite`` returns the new list and reports through
   :func:`record`.
+- :class:`WrapperRule` rewrites the lines Inductor writes into a graph's Python wrapper for its inputs' checks.
+  Its ``rewrite`` returns ``(lines, inputs_concerned, what_it_did)`` or raises :class:`Reject`; the driver then
+  writes stock's lines.
 
 Any exception in a rule other than :class:`Reject` is caught: the node gets the stock treatment and the dump shows
 the error. A compile never fails because of a rule.
@@ -34,11 +37,13 @@ __all__ = [
     "Reject",
     "RewriteRecord",
     "SchedulerRule",
+    "WrapperRule",
     "lowering_rules",
     "record",
     "recording",
     "register",
     "scheduler_rules",
+    "wrapper_rules",
 ]
 
 
@@ -95,8 +100,20 @@ class SchedulerRule:
         raise NotImplementedError
 
 
+class WrapperRule:
+    """Base of rules that rewrite the lines of a graph's Python wrapper that check its inputs (what
+    ``PythonWrapperCodegen.codegen_input_size_asserts`` writes at the start of ``call``)."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+
+    def rewrite(self, wrapper: Any, lines: list[str]) -> tuple[list[str], list[str], str]:
+        raise NotImplementedError
+
+
 _LOWERING_RULES: list[LoweringRule] = []
 _SCHEDULER_RULES: list[SchedulerRule] = []
+_WRAPPER_RULES: list[WrapperRule] = []
 
 
 def register(rule_class: type) -> type:
@@ -105,8 +122,10 @@ def register(rule_class: type) -> type:
         _LOWERING_RULES.append(rule_class())
     elif issubclass(rule_class, SchedulerRule):
         _SCHEDULER_RULES.append(rule_class())
+    elif issubclass(rule_class, WrapperRule):
+        _WRAPPER_RULES.append(rule_class())
     else:
-        raise TypeError(f"{rule_class} is neither a LoweringRule nor a SchedulerRule")
+        raise TypeError(f"{rule_class} is not a LoweringRule, SchedulerRule or WrapperRule")
     return rule_class
 
 
@@ -118,6 +137,7 @@ def _load_rules() -> None:
     import optimus_ir.scheduler_hooks.scatter_targets  # noqa: F401
     import optimus_ir.scheduler_hooks.horizontal  # noqa: F401
     import optimus_ir.scheduler_hooks.piece_groups  # noqa: F401
+    import optimus_ir.scheduler_hooks.input_checks  # noqa: F401
 
 
 def lowering_rules() -> list[LoweringRule]:
@@ -128,6 +148,11 @@ def lowering_rules() -> list[LoweringRule]:
 def scheduler_rules() -> list[SchedulerRule]:
     _load_rules()
     return list(_SCHEDULER_RULES)
+
+
+def wrapper_rules() -> list[WrapperRule]:
+    _load_rules()
+    return list(_WRAPPER_RULES)
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -251,6 +276,66 @@ def uninstall_pre_scheduler_pass() -> None:
 
     GraphLowering._update_scheduler = _stock_update_scheduler
     _stock_update_scheduler = None
+
+
+_stock_input_asserts: Callable[[Any], None] | None = None
+
+
+def install_wrapper_rules() -> None:
+    """Make ``PythonWrapperCodegen.codegen_input_size_asserts`` pass the lines stock writes through the enabled
+    wrapper rules (Inductor has no hook there)."""
+    global _stock_input_asserts
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    if _stock_input_asserts is not None:
+        return
+    stock = _stock_input_asserts = PythonWrapperCodegen.codegen_input_size_asserts
+
+    def codegen_input_size_asserts(wrapper: Any) -> None:
+        from torch._inductor.utils import IndentedBuffer
+
+        prefix, wrapper.prefix = wrapper.prefix, IndentedBuffer()
+        try:
+            stock(wrapper)
+            lines = wrapper.prefix.getvalue().splitlines()
+        finally:
+            wrapper.prefix = prefix
+        for line in run_wrapper_rules(wrapper, lines):
+            prefix.writeline(line)
+
+    PythonWrapperCodegen.codegen_input_size_asserts = codegen_input_size_asserts
+
+
+def uninstall_wrapper_rules() -> None:
+    global _stock_input_asserts
+    if _stock_input_asserts is None:
+        return
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    PythonWrapperCodegen.codegen_input_size_asserts = _stock_input_asserts
+    _stock_input_asserts = None
+
+
+def run_wrapper_rules(wrapper: Any, lines: list[str]) -> list[str]:
+    """Run the enabled wrapper rules in order on ``lines``; a rule that rejects or raises leaves them as they were."""
+    from torch._inductor.virtualized import V
+
+    for rule in wrapper_rules():
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            lines, inputs, detail = rule.rewrite(wrapper, lines)
+        except NotApplicable:
+            continue
+        except Reject as reason:
+            record(rule.name, False, V.graph.graph_input_names, str(reason))
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised; wrapper lines left as they were", rule.name, exc_info=True)
+            record(rule.name, False, V.graph.graph_input_names,
+                   f"internal error {error!r}; wrapper lines left as they were")
+        else:
+            record(rule.name, True, inputs, detail)
+    return lines
 
 
 def uninstall_lowerings() -> None:

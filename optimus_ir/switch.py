@@ -24,7 +24,9 @@ imported (lazily, so ``import torch`` stays as fast as without us):
 The first call of the post-grad pass (a cache miss, just before lowering) installs the rest: the rules' lowering
 overrides (``torch._inductor.lowering.lowerings[op]``, each falling back to the stock lowering when its pass is
 off), the rules that edit the lowered operations before the scheduler is built (``GraphLowering._update_scheduler``,
-which has no config hook) and the kernel dump when ``OPTIMUS_IR_DUMP`` is set. :func:`disable` undoes all of it.
+which has no config hook), the rules that rewrite a wrapper's input checks (``codegen_input_size_asserts`` of
+``PythonWrapperCodegen``, no hook either) and the kernel dump when ``OPTIMUS_IR_DUMP`` is set.
+:func:`disable` undoes all of it.
 """
 
 from __future__ import annotations
@@ -231,6 +233,7 @@ def _install_compile_hooks() -> None:
     dump.install()
     registry.install_lowerings()
     registry.install_pre_scheduler_pass()
+    registry.install_wrapper_rules()
 
 
 def _uninstall() -> None:
@@ -253,6 +256,7 @@ def _uninstall() -> None:
     if registry is not None:
         registry.uninstall_lowerings()
         registry.uninstall_pre_scheduler_pass()
+        registry.uninstall_wrapper_rules()
         if config._post_fusion_custom_pass is registry.post_fusion_pass:
             config._post_fusion_custom_pass = registry.chained_post_fusion_pass
             registry.chained_post_fusion_pass = None
