@@ -1224,10 +1224,11 @@ def _allocate_together(
     """Allocate the members' buffers that are one allocation (:func:`_one_allocations`) and split it into them.
     Returns, by the first member's buffer of each such slot, the allocation and where each member's region starts
     in it (bytes): the member table is given the allocation alone (one address to read per call, not one per
-    member)."""
+    member). The regions are never reused (:func:`_free_without_reuse`)."""
     wrapper = V.graph.wrapper_code
     together: dict[str, tuple[str, list[int]]] = {}
     for slot, allocation in _one_allocations(members, structures).items():
+        _free_without_reuse(wrapper, allocation.names)
         storage = f"{kernel_name}_out{slot}"
         stride = [math.prod(allocation.shape[i + 1 :]) for i in range(len(allocation.shape))]
         wrapper.writeline(
@@ -1240,6 +1241,33 @@ def _allocate_together(
         wrapper.allocated.update(allocation.names)
         together[allocation.names[0]] = (storage, list(allocation.starts))
     return together
+
+
+def _free_without_reuse(wrapper: Any, regions: tuple[str, ...]) -> None:
+    """Make ``regions`` of one allocation buffers no later buffer takes over: each is freed by a plain ``del`` at
+    its last use, where Inductor's wrapper would keep it for a later allocation of its size (``AllocateLine.plan``)
+    or a kernel would write its output over it (``decide_inplace_update``). A buffer that took a region over would
+    hold the whole allocation: a training forward's loss, a 0-d output, kept 1536 bytes alive into the backward
+    where stock's kept 512 (H200, tanh storm small training step: peak 6144 bytes above its start, stock's 5120;
+    ``peak_trace_before_regions_unreused.md``). ``V.graph.never_reuse_buffers`` keeps them from both, and from
+    being freed at all: ``codegen_free`` of this graph's wrapper frees them with a ``FreeLine`` instead."""
+    from torch._inductor.codegen.wrapper import FreeLine
+
+    V.graph.never_reuse_buffers.update(regions)
+    if not hasattr(wrapper, "optimus_ir_regions"):
+        wrapper.optimus_ir_regions = OrderedSet()
+        stock_free = wrapper.codegen_free
+
+        def codegen_free(buffer: Any) -> None:
+            name = buffer.get_name()
+            if name not in wrapper.optimus_ir_regions:
+                stock_free(buffer)
+            elif name not in wrapper.freed:
+                wrapper.freed.add(name)
+                wrapper.writeline(FreeLine(wrapper, buffer))
+
+        wrapper.codegen_free = codegen_free
+    wrapper.optimus_ir_regions.update(regions)
 
 
 def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:

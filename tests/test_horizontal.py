@@ -741,6 +741,32 @@ def test_a_training_steps_small_buffers_share_one_allocation_and_its_in_place_gr
     torch.testing.assert_close(gradients, run_compiled(fn, inputs, horizontal=False, backward=True)[0], rtol=0, atol=0)
 
 
+def test_regions_of_one_allocation_are_never_taken_over_by_a_later_buffer():
+    # the tanh storm's loss: the means of 64 squares, summed. Two of the means' second stages merge, their 0-d
+    # results regions of one allocation. Inductor's wrapper gave the loss (a 0-d output) the storage of the first
+    # once it was freed (buf99 = buf2; del buf2  # reuse): the loss then held the whole allocation into the backward
+    # (H200, the suite's step of 128: 1 KB above stock's peak)
+    class TanhStormLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = torch.nn.ParameterList(torch.nn.Parameter(torch.ones(512)) for _ in range(64))
+
+        def forward(self, *xs):
+            return sum(torch.tanh(x * scale).square().mean() for x, scale in zip(xs, self.scales))
+
+    fn = TanhStormLoss()
+    inputs = tuple(torch.randn(256, 512) for _ in range(64))
+    report = compile_report(fn, inputs, passes="horizontal")
+    forward = report.graphs[0].wrapper
+    regions = {name.strip() for line in re.findall(r"^\s*(.*), = tensors_of(?:_each_row)?\(", forward, flags=re.M)
+               for name in line.split(",")}
+    assert re.search(r"buf\d+, buf\d+, = tensors_of_each_row\(\w+, \(\)\)", forward)  # 0-d regions
+    taken_over = re.findall(r"= (buf\d+); del \1  # reuse", forward)
+    assert taken_over and not regions & set(taken_over)
+    assert regions <= set(re.findall(r"del (buf\d+)", forward))  # each freed at its last use
+    assert peak_bytes(forward) <= peak_bytes(compile_report(fn, inputs, passes=None).graphs[0].wrapper)
+
+
 def test_member_table_is_cached_by_addresses():
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=2)
     a, b, c = torch.zeros(1), torch.zeros(1), torch.zeros(1)
