@@ -79,9 +79,11 @@ def test_parse_passes():
 
 def test_enable_disable_and_context_restore_every_hook():
     import torch._inductor.config as config
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.lowering import lowerings
 
     stock_cat = lowerings[torch.ops.aten.cat.default]
+    stock_asserts = PythonWrapperCodegen.codegen_input_size_asserts
     user_pass = config.post_grad_custom_post_pass
     assert optimus_ir.enabled_passes() == set()
     with optimus_ir.enabled("splitcat") as passes:
@@ -91,13 +93,16 @@ def test_enable_disable_and_context_restore_every_hook():
         assert type(config.joint_custom_post_pass).__name__ == "OptimusJointPass"
         ours(torch.fx.Graph())  # what Inductor does before lowering: installs the lowering override
         assert lowerings[torch.ops.aten.cat.default] is not stock_cat
+        assert PythonWrapperCodegen.codegen_input_size_asserts is not stock_asserts
         with optimus_ir.enabled(None):
             assert optimus_ir.enabled_passes() == set()
             assert lowerings[torch.ops.aten.cat.default] is stock_cat
+            assert PythonWrapperCodegen.codegen_input_size_asserts is stock_asserts
         assert optimus_ir.enabled_passes() == {"splitcat"}
     assert optimus_ir.enabled_passes() == set()
     assert config.post_grad_custom_post_pass is user_pass
     assert lowerings[torch.ops.aten.cat.default] is stock_cat
+    assert PythonWrapperCodegen.codegen_input_size_asserts is stock_asserts
     assert config._post_fusion_custom_pass is None
     assert config.joint_custom_post_pass is None
 
