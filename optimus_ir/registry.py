@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import traceback
 from collections.abc import Callable, Iterator
@@ -248,72 +249,77 @@ def install_lowerings() -> None:
             lowerings[op] = _LoweringDriver(op, lowerings[op], rules)
 
 
-_stock_update_scheduler: Callable[[Any], None] | None = None
+@dataclasses.dataclass
+class _ReplacedMethod:
+    """A method of an Inductor class that optimus_ir replaces while enabled, where Inductor has no hook; ``stock``
+    is Inductor's own while it is replaced."""
+
+    module: str
+    owner: str
+    name: str
+    stock: Callable[..., Any] | None = None
+
+    def replace(self, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Put ``make(stock)`` in its place (idempotent)."""
+        if self.stock is None:
+            owner = getattr(importlib.import_module(self.module), self.owner)
+            self.stock = getattr(owner, self.name)
+            setattr(owner, self.name, make(self.stock))
+
+    def restore(self) -> None:
+        if self.stock is not None:
+            setattr(getattr(importlib.import_module(self.module), self.owner), self.name, self.stock)
+            self.stock = None
+
+
+_UPDATE_SCHEDULER = _ReplacedMethod("torch._inductor.graph", "GraphLowering", "_update_scheduler")
+_INPUT_ASSERTS = _ReplacedMethod(
+    "torch._inductor.codegen.wrapper", "PythonWrapperCodegen", "codegen_input_size_asserts"
+)
 
 
 def install_pre_scheduler_pass() -> None:
     """Make ``GraphLowering._update_scheduler`` run the ``pre_scheduler`` rules on the graph's operations before
     it builds the scheduler from them (Inductor has no hook there)."""
-    global _stock_update_scheduler
-    from torch._inductor.graph import GraphLowering
 
-    if _stock_update_scheduler is not None:
-        return
-    stock = _stock_update_scheduler = GraphLowering._update_scheduler
+    def with_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
+        def _update_scheduler(graph: Any) -> None:
+            graph.operations = run_scheduler_rules("pre_scheduler", graph.operations)
+            stock(graph)
 
-    def _update_scheduler(graph: Any) -> None:
-        graph.operations = run_scheduler_rules("pre_scheduler", graph.operations)
-        stock(graph)
+        return _update_scheduler
 
-    GraphLowering._update_scheduler = _update_scheduler
+    _UPDATE_SCHEDULER.replace(with_rules)
 
 
 def uninstall_pre_scheduler_pass() -> None:
-    global _stock_update_scheduler
-    if _stock_update_scheduler is None:
-        return
-    from torch._inductor.graph import GraphLowering
-
-    GraphLowering._update_scheduler = _stock_update_scheduler
-    _stock_update_scheduler = None
-
-
-_stock_input_asserts: Callable[[Any], None] | None = None
+    _UPDATE_SCHEDULER.restore()
 
 
 def install_wrapper_rules() -> None:
     """Make ``PythonWrapperCodegen.codegen_input_size_asserts`` pass the lines stock writes through the enabled
-    wrapper rules (Inductor has no hook there)."""
-    global _stock_input_asserts
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    wrapper rules (Inductor has no hook there either)."""
 
-    if _stock_input_asserts is not None:
-        return
-    stock = _stock_input_asserts = PythonWrapperCodegen.codegen_input_size_asserts
+    def with_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
+        def codegen_input_size_asserts(wrapper: Any) -> None:
+            from torch._inductor.utils import IndentedBuffer
 
-    def codegen_input_size_asserts(wrapper: Any) -> None:
-        from torch._inductor.utils import IndentedBuffer
+            prefix, wrapper.prefix = wrapper.prefix, IndentedBuffer()
+            try:
+                stock(wrapper)
+                lines = wrapper.prefix.getvalue().splitlines()
+            finally:
+                wrapper.prefix = prefix
+            for line in run_wrapper_rules(wrapper, lines):
+                prefix.writeline(line)
 
-        prefix, wrapper.prefix = wrapper.prefix, IndentedBuffer()
-        try:
-            stock(wrapper)
-            lines = wrapper.prefix.getvalue().splitlines()
-        finally:
-            wrapper.prefix = prefix
-        for line in run_wrapper_rules(wrapper, lines):
-            prefix.writeline(line)
+        return codegen_input_size_asserts
 
-    PythonWrapperCodegen.codegen_input_size_asserts = codegen_input_size_asserts
+    _INPUT_ASSERTS.replace(with_rules)
 
 
 def uninstall_wrapper_rules() -> None:
-    global _stock_input_asserts
-    if _stock_input_asserts is None:
-        return
-    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
-
-    PythonWrapperCodegen.codegen_input_size_asserts = _stock_input_asserts
-    _stock_input_asserts = None
+    _INPUT_ASSERTS.restore()
 
 
 def run_wrapper_rules(wrapper: Any, lines: list[str]) -> list[str]:

@@ -61,7 +61,8 @@ class InputAssertsToOneCheck(WrapperRule):
         inputs = [name for name, _, _ in static.values()]
         names = ", ".join(inputs)
         wrapper.header.writeline("from optimus_ir.runtime import InputChecks")
-        wrapper.header.writeline(f"{_CHECKS} = InputChecks({[(size, stride) for _, size, stride in static.values()]!r})")
+        expected = [(size, stride) for _, size, stride in static.values()]
+        wrapper.header.writeline(f"{_CHECKS} = InputChecks({expected!r})")
         kept = [line for index, line in enumerate(lines) if index not in static]
         detail = f"{len(static)} inputs' assert_size_stride → one check"
         if kept:
