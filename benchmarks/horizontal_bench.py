@@ -95,6 +95,12 @@ WORKLOADS: list[tuple[str, Callable, Callable[[torch.dtype, bool], list[torch.Te
         torch.float32,
     ),
     ("48x full sum [256x512]", sum_each, lambda d, g: _tensors([(256, 512)] * 48, d, g), torch.float32),
+    (
+        "48x full sum, 12 sizes [32..384 x 512]",
+        sum_each,
+        lambda d, g: _tensors([(32 * (1 + i % 12), 512) for i in range(48)], d, g),
+        torch.float32,
+    ),
 ]
 
 TRAINING = ["128x tanh [256x512]", "64x layer_norm [256x512]", "48x full sum [256x512]"]

@@ -6,7 +6,7 @@ elements it has, and the address of each of its tensors are read from one int64 
 
     [ block starts of the members, padded to a power of two with INT64_MAX ]   (constant*)
     [ numel of each member ]                                                     (constant*)
-    [ divisor 0 of each member ] [ divisor 1 of each member ] ...                (constant; the divisors that differ)
+    [ value 0 of each member ] [ value 1 of each member ] ...                    (constant: divisors, row lengths)
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
 
     * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
@@ -225,7 +225,7 @@ class MemberTable:
         pad_to: int,
         byte_offsets: list[int] | None = None,
         spans: list[int] | None = None,
-        divisors: list[int] | None = None,
+        values: list[int] | None = None,
         align: int | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
@@ -234,7 +234,8 @@ class MemberTable:
         """``starts`` and ``numels`` None: members of symbolic sizes, whose numels each call gives (``numels=``);
         each member then starts at the next multiple of ``align`` after the one before."""
         self.pad_to = pad_to
-        self.divisors = list(divisors or ())
+        #: the members' values that differ (their divisors, their row lengths), row after row
+        self.values = list(values or ())
         self.align = align
         self.constant = None if numels is None else self._constant(starts, numels)
         #: added to each member's address: a member may read its buffer at an offset the shared body does not add
@@ -257,7 +258,7 @@ class MemberTable:
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
-        return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.divisors]
+        return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.values]
 
     def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see

@@ -100,6 +100,9 @@ class Structure:
     #: a pointwise member of symbolic size (dynamic shapes): its numel as an expression of size symbols (``numel``
     #: is then its size hint, for the cost and memory estimates)
     numel_expr: sympy.Expr | None = None
+    #: the reduction extent (elements reduced per row; 1 for pointwise). Part of the key, except for reductions of
+    #: one row (a full sum, or a split reduction's second stage): members reducing different counts merge there
+    rnumel: int = 1
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
@@ -244,6 +247,10 @@ def structure_of(node: Any) -> Structure | str:
     # a member may add its own constant to every address of a buffer (x.split(8, 1)[i] reads x at +8*i): it goes
     # into that buffer's address in the member table; what each index adds beyond it stays in the key
     base = {buffer: min(values) for buffer, values in constants.items()}
+    _, (numel, rnumel) = node.group
+    # one row reduced over one dimension: no index can depend on the row's length (there is no row stride), so
+    # members of different lengths share a body; the kernel reads each member's length from the table
+    one_row = numel == 1 and all(len(reduce_sizes) <= 1 for _, _, reduce_sizes, *_ in traced)
     parts = []
     for snode, iter_sizes, reduce_sizes, blocks, exprs, written in traced:
         graphs = tuple(
@@ -259,25 +266,25 @@ def structure_of(node: Any) -> Structure | str:
             (
                 "reduction" if snode.is_reduction() else "pointwise",
                 () if not snode.is_reduction() else tuple(int(s) for s in iter_sizes[1:]),
-                tuple(int(s) for s in reduce_sizes),
+                len(reduce_sizes) if one_row else tuple(int(s) for s in reduce_sizes),
                 graphs,
                 tuple((slot_of.get(name), removable, slot_of[real]) for name, removable, real in written),
             )
         )
     slots = sorted(slot_of, key=slot_of.__getitem__)
     dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
-    _, (numel, rnumel) = node.group
     numel_expr = None
     if not isinstance(numel, (int, sympy.Integer)):
         numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
     if not isinstance(rnumel, (int, sympy.Integer)):
         return f"symbolic sizes: extent {numel} x {rnumel}"
     numbers = tuple(sorted((slot_of[name], name) for name in by_value))
-    key = (str(node.get_device()), int(rnumel), dtypes, tuple(parts), numel_expr is not None, numbers)
+    extent = "one row, any length" if one_row and rnumel != 1 else int(rnumel)
+    key = (str(node.get_device()), extent, dtypes, tuple(parts), numel_expr is not None, numbers)
     in_place = any(real != name for *_, written in traced for name, _, real in written)
     return Structure(
         key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices),
-        numel_expr,
+        numel_expr, int(rnumel),
     )
 
 
@@ -1011,6 +1018,9 @@ class MemberTableGroup(GroupKernelNode):
             sizes = "symbolic sizes, starts per call"
         divisors = len(_varying_divisors(self.structures))
         divisors_text = f", {divisors} divisor(s) per member" if divisors else ""
+        lengths = sorted({s.rnumel for s in self.structures})
+        if len(lengths) > 1:
+            divisors_text += f", rows of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]})"
         return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
 
 
@@ -1022,7 +1032,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
 
     If making that kernel's source fails, each member gets its stock kernel instead (the error goes to the dump).
     """
-    order = sorted(range(len(group.members)), key=lambda i: -group.structures[i].numel)
+    order = sorted(range(len(group.members)), key=lambda i: (-group.structures[i].numel, -group.structures[i].rnumel))
     members = [group.members[i] for i in order]
     structures = [group.structures[i] for i in order]
     rep = members[0]
@@ -1292,7 +1302,8 @@ class MemberTableKernel(TritonKernel):
     """Inductor's Triton kernel for one member, with a prologue that makes it serve every member of a group.
 
     Member ``m`` owns the blocks ``[starts[m], starts[m] + padded numel) / XBLOCK``. Every tensor argument
-    receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel.
+    receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel (and
+    ``r0_numel`` by its row length, where one-row members reduce different lengths: ``Structure.rnumel``).
     """
 
     def __init__(
@@ -1307,6 +1318,10 @@ class MemberTableKernel(TritonKernel):
         self.structures = structures
         #: divisor symbol → each member's value: table rows after the numels, loaded by the prologue
         self.divisors = divisors
+        #: each member's row length, where they differ: the table row after the divisors' (the kernel is the
+        #: longest row's, its masks kept)
+        lengths = [s.rnumel for s in structures]
+        self.rnumels = lengths if len(set(lengths)) > 1 else None
         #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
         #: name), but their members, sizes and addresses differ
         self.call_site = call_site
@@ -1349,7 +1364,13 @@ class MemberTableKernel(TritonKernel):
     def _has_constant_mask(self, tree: Any) -> bool:
         if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
             return False
+        if tree.prefix == "r0_" and self.rnumels:
+            return False
         return super()._has_constant_mask(tree)
+
+    def _per_member_values(self) -> list[int]:
+        """The table rows of values of the members after their numels: the divisors', then the row lengths'."""
+        return [*(v for values in self.divisors.values() for v in values), *(self.rnumels or ())]
 
     def iteration_ranges_get_pid(self, entry: Any) -> str:
         if entry.prefix == "x":
@@ -1388,7 +1409,7 @@ class MemberTableKernel(TritonKernel):
         stock = IndentedBuffer()
         super().codegen_static_numels(stock)
         for line in stock.getvalue().splitlines():
-            if not line.startswith("xnumel = "):
+            if not line.startswith("xnumel = ") and not (self.rnumels and line.startswith("r0_numel = ")):
                 code.writeline(line)
         n = len(self.structures)
         small = self.index_dtype == "tl.int32" and self.total < 2**31 and not self.symbolic
@@ -1406,12 +1427,13 @@ class MemberTableKernel(TritonKernel):
             code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
             code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
             code.writeline(f"xnumel = tl.load(xtable + {self.pad_to} + xmember)")
-        for j, symbol in enumerate(self.divisors):
+        values = [*map(str, self.divisors), *(["r0_numel"] if self.rnumels else [])]
+        for j, symbol in enumerate(values):
             row = self.pad_to + n * (1 + j)
             code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
         aligned = self._aligned_args()
         for slot, (arg, dtype) in enumerate(tensor_args):
-            row = self.pad_to + n * (1 + len(self.divisors) + slot)
+            row = self.pad_to + n * (1 + len(values) + slot)
             address = f"tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))"
             code.writeline(f"{arg} = {f'tl.multiple_of({address}, 16)' if arg in aligned else address}")
 
@@ -1484,8 +1506,8 @@ class MemberTableKernel(TritonKernel):
                 sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
             )
             numels = None
-        if self.divisors:
-            options += f", divisors={[v for values in self.divisors.values() for v in values]!r}"
+        if self._per_member_values():
+            options += f", values={self._per_member_values()!r}"
         if _cudagraph_trees():  # the table must not live in a graph's memory pool
             options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")

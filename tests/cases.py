@@ -303,6 +303,10 @@ def row_sum_each(*xs):
     return [x.sum(dim=-1) for x in xs]
 
 
+def full_sum_each(*xs):
+    return [x.sum() for x in xs]
+
+
 def row_sum_of_tanh_each(*xs):
     return [torch.tanh(x).sum(dim=-1) for x in xs]
 
@@ -346,6 +350,13 @@ CASES.extend(
         Case(
             "horizontal_row_sum_ragged", row_sum_each, _tensors(*[(rows, 200) for rows in (64, 64, 100, 7, 64, 30)]),
             6, 1, ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+        ),
+        Case(
+            # Inductor splits each sum in two: partial sums (as many as the tensor's size gives), then their sum, one
+            # row of 2..16 partial sums per tensor: the second stages read each member's row length from the table
+            "horizontal_full_sum_ragged", full_sum_each,
+            _tensors(*[(rows, 512) for rows in (32, 48, 64, 96, 128, 160, 192, 224, 256, 32, 64, 128)]), 24, 2,
+            ("IdenticalKernelsToMemberTableKernel",), atol=1e-3,
         ),
         Case(
             "horizontal_layer_norm_4", layer_norm_each, _tensors(*[(48, 256)] * 4, *[(256,)] * 8), 4, 1,

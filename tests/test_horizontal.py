@@ -590,7 +590,7 @@ def test_member_table_layout():
 
 
 def test_member_table_puts_the_divisors_after_the_numels():
-    table = MemberTable(starts=[0, 1024], numels=[640, 960], pad_to=2, divisors=[64, 96, 5, 10])
+    table = MemberTable(starts=[0, 1024], numels=[640, 960], pad_to=2, values=[64, 96, 5, 10])
     x, y = torch.zeros(3), torch.zeros(5)
     assert table(x, y).tolist() == [0, 1024, 640, 960, 64, 96, 5, 10, x.data_ptr(), y.data_ptr()]
 
@@ -739,6 +739,20 @@ def test_a_training_steps_small_buffers_share_one_allocation_and_its_in_place_gr
     assert (peak_bytes(forward), peak_bytes(backward)) == (4096, stock_backward) and stock_forward == 6656
     gradients, _, _ = run_compiled(fn, inputs, horizontal=True, backward=True)
     torch.testing.assert_close(gradients, run_compiled(fn, inputs, horizontal=False, backward=True)[0], rtol=0, atol=0)
+
+
+def test_one_row_reductions_of_different_lengths_share_a_kernel_unless_their_bodies_use_the_length():
+    # a sum of a small tensor is one row reduced (no split): 15, 7, 100 and 64 elements. One kernel, each member's
+    # length read from the table (the kernel is the longest row's, its masks kept). A mean divides by the length:
+    # different bodies, kept apart
+    inputs = [torch.randn(*shape) for shape in ((3, 5), (7,), (100,), (4, 16))]
+    sums, _, records = run_compiled(lambda *xs: [x.sum() for x in xs], inputs, horizontal=True)
+    [fired] = [r for r in records if r.fired]
+    assert len(fired.nodes) == 4 and "rows of 4 lengths (7..100)" in fired.detail
+    torch.testing.assert_close(sums[0], [x.sum() for x in inputs])
+    means, _, records = run_compiled(lambda *xs: [x.mean() for x in xs], inputs, horizontal=True)
+    assert not [r for r in records if r.fired]
+    torch.testing.assert_close(means[0], [x.mean() for x in inputs])
 
 
 def test_regions_of_one_allocation_are_never_taken_over_by_a_later_buffer():
