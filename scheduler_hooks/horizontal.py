@@ -1145,8 +1145,9 @@ def _over_flat_index(
 class OneAllocation:
     """The members' buffers of one slot as regions of one allocation, each starting 16-byte aligned (as Inductor
     assumes of every buffer), in the order of ``names``: end to end along the first dimension (``rows``: the row
-    count of each; each region a multiple of 16 bytes), or, members of one shape, one region at the start of each
-    row of a ``[N, row]`` allocation (``rows`` None; ``region``: their shape)."""
+    count of each; ``padding``: the rows left unused after each, where a region is not a multiple of 16 bytes),
+    or, members of one shape, one region at the start of each row of a ``[N, row]`` allocation (``rows`` None;
+    ``region``: their shape)."""
 
     names: tuple[str, ...]
     shape: tuple[int, ...]  # of the allocation
@@ -1156,6 +1157,7 @@ class OneAllocation:
     nbytes: int
     dtype: torch.dtype
     device: torch.device
+    padding: tuple[int, ...] | None = None
 
 
 def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
@@ -1212,6 +1214,7 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
         sizes = [math.prod(shape) * itemsize for shape in shapes]
         if 0 in sizes or returned == {False} and max(sizes) >= _ALLOCATION_BLOCK:
             continue
+        padding = None
         if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
             rows = tuple(shape[0] for shape in shapes)
             shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
@@ -1220,10 +1223,19 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
             row = -(-sizes[0] // 16) * 16
             rows, shape, region = None, (len(names), row // itemsize), shapes[0]
             starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
+        elif all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
+            # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
+            # followed by the rows that make it a multiple of 16 bytes
+            row_bytes = math.prod(shapes[0][1:]) * itemsize
+            rows = tuple(shape[0] for shape in shapes)
+            padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
+            lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
+            shape = (sum(rows) + sum(padding), *shapes[0][1:])
+            region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
         else:
             continue
         allocations[slot] = OneAllocation(
-            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device
+            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding
         )
     return allocations
 
@@ -1244,10 +1256,14 @@ def _allocate_together(
         wrapper.writeline(
             wrapper.make_allocation(storage, allocation.device, allocation.dtype, allocation.shape, stride)
         )
-        function, shape = ("tensors_of", allocation.rows) if allocation.rows is not None else (
-            "tensors_of_each_row", allocation.region)
+        if allocation.padding is not None:
+            function, arguments = "tensors_of_padded_rows", f"{allocation.rows!r}, {allocation.padding!r}"
+        elif allocation.rows is not None:
+            function, arguments = "tensors_of", repr(allocation.rows)
+        else:
+            function, arguments = "tensors_of_each_row", repr(allocation.region)
         wrapper.add_import_once(f"from optimus_ir.runtime import {function}")
-        wrapper.writeline(f"{', '.join(allocation.names)}, = {function}({storage}, {shape!r})")
+        wrapper.writeline(f"{', '.join(allocation.names)}, = {function}({storage}, {arguments})")
         wrapper.allocated.update(allocation.names)
         together[allocation.names[0]] = (storage, list(allocation.starts))
     return together

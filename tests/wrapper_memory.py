@@ -3,10 +3,10 @@ optimus_ir, so that a claim "this rewrite does not raise peak memory" is checked
 
 The replay follows the wrapper's own statements: ``empty_strided_cuda`` allocates (rounded up to the caching
 allocator's 512-byte blocks), ``x = y; del y  # reuse`` and ``x = reinterpret_tensor(y, ...); del y  # reuse``
-hand a buffer over, ``a, b, = tensors_of(x, ...)`` (or ``tensors_of_each_row``) make regions of one allocation,
-and ``del x`` frees an allocation once no name of it is left. Graph inputs count from the start where the wrapper frees them (a backward's
-saved tensors, named neither ``primals_*``, ``tangents_*`` nor ``arg*``, as in Inductor's
-``is_nonfreeable_buffers``); their sizes come from the wrapper's ``get_args``.
+hand a buffer over, ``a, b, = tensors_of(x, ...)`` (or ``tensors_of_each_row``, ``tensors_of_padded_rows``) make
+regions of one allocation, and ``del x`` frees an allocation once no name of it is left. Graph inputs count from the
+start where the wrapper frees them (a backward's saved tensors, named neither ``primals_*``, ``tangents_*`` nor
+``arg*``, as in Inductor's ``is_nonfreeable_buffers``); their sizes come from the wrapper's ``get_args``.
 Tensors that extern kernels allocate themselves (an ATen fallback's outputs) are sized by the
 ``assert_size_stride(name, size, stride, 'op')`` that follows the call, at 4 bytes an element (the wrapper does not
 say their dtype), and are live from the call on (the ``del`` of its inputs come between the two).
@@ -25,7 +25,7 @@ _INPUT = re.compile(r"(\w+) = rand_strided\(\(([\d, ]*)\), \([\d, ]*\), device='
 _EXTERN_OUTPUT = re.compile(r"assert_size_stride\((\w+), \(([\d, ]*)\), \([\d, ]*\), '")
 _EXTERN_CALL = re.compile(r"\w+ = torch\.ops\.")
 _REUSE = re.compile(r"(\w+) = (?:reinterpret_tensor\()?(\w+)(?:, [^;]*\))?; del (\w+)  # reuse")
-_REGIONS = re.compile(r"((?:\w+, )+)= tensors_of(?:_each_row)?\((\w+), ")
+_REGIONS = re.compile(r"((?:\w+, )+)= tensors_of(?:_each_row|_padded_rows)?\((\w+), ")
 _NOT_FREED = ("primals_", "tangents_", "arg")
 
 
