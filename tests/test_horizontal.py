@@ -755,6 +755,24 @@ def test_one_row_reductions_of_different_lengths_share_a_kernel_unless_their_bod
     torch.testing.assert_close(means[0], [x.mean() for x in inputs])
 
 
+@pytest.mark.parametrize("reduce", [
+    torch.amax, torch.argmax, torch.prod, lambda x: (x < -1).any(), lambda x: torch.logsumexp(x.flatten(), 0),
+    lambda x: x.abs().amin(),
+], ids=["amax", "argmax", "prod", "any", "logsumexp", "abs_amin"])
+def test_one_row_reductions_of_different_lengths_mask_the_lanes_past_each_members_row(reduce):
+    # the longest row, 128, is a whole block: stock's kernel for it has no mask. All values negative: a lane past
+    # a member's row read as 0 would be its max (or the minimum of abs, a factor of the product, ...). The merged
+    # kernel must give stock's results exactly (without the masks, 5 of these 6 fail)
+    inputs = [-torch.rand(*shape) - 0.5 for shape in ((3, 5), (7,), (128,), (4, 16), (2,))]
+
+    def fn(*xs):
+        return [reduce(x) for x in xs]
+
+    merged, _, records = run_compiled(fn, inputs, horizontal=True)
+    assert any("rows of 5 lengths (2..128)" in r.detail for r in records if r.fired)
+    torch.testing.assert_close(merged, run_compiled(fn, inputs, horizontal=False)[0], rtol=0, atol=0)
+
+
 def test_partial_sums_of_different_counts_share_one_allocation_each_region_16_byte_aligned():
     # 48 sums of 12 sizes: 2 to 24 partial sums of 4 bytes each. Their own blocks (48 allocations a call, at
     # addresses the second stages' table then missed on: H200, 0.498 ms a call against combo kernels' 0.382) become
