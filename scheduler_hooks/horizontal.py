@@ -1288,7 +1288,7 @@ def _free_without_reuse(wrapper: Any, regions: tuple[str, ...]) -> None:
             name = buffer.get_name()
             if name not in wrapper.optimus_ir_regions:
                 stock_free(buffer)
-            elif name not in wrapper.freed:
+            elif name not in wrapper.freed and name not in V.graph.removed_buffers:  # as stock's plan: no line
                 wrapper.freed.add(name)
                 wrapper.writeline(FreeLine(wrapper, buffer))
 
