@@ -1332,12 +1332,14 @@ class MemberTableKernel(TritonKernel):
         **kwargs: Any,
     ) -> None:
         self.structures = structures
-        #: divisor symbol → each member's value: table rows after the numels, loaded by the prologue
-        self.divisors = divisors
-        #: each member's row length, where they differ: the table row after the divisors' (the kernel is the
-        #: longest row's, its masks kept)
         lengths = [s.rnumel for s in structures]
+        #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
         self.rnumels = lengths if len(set(lengths)) > 1 else None
+        #: the name the prologue gives each value of the members → each member's value: the table rows after the
+        #: numels (the divisors, then the row lengths)
+        self.member_values = {str(symbol): values for symbol, values in divisors.items()}
+        if self.rnumels:
+            self.member_values["r0_numel"] = self.rnumels
         #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
         #: name), but their members, sizes and addresses differ
         self.call_site = call_site
@@ -1384,9 +1386,6 @@ class MemberTableKernel(TritonKernel):
             return False
         return super()._has_constant_mask(tree)
 
-    def _per_member_values(self) -> list[int]:
-        """The table rows of values of the members after their numels: the divisors', then the row lengths'."""
-        return [*(v for values in self.divisors.values() for v in values), *(self.rnumels or ())]
 
     def iteration_ranges_get_pid(self, entry: Any) -> str:
         if entry.prefix == "x":
@@ -1443,13 +1442,12 @@ class MemberTableKernel(TritonKernel):
             code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
             code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
             code.writeline(f"xnumel = tl.load(xtable + {self.pad_to} + xmember)")
-        values = [*map(str, self.divisors), *(["r0_numel"] if self.rnumels else [])]
-        for j, symbol in enumerate(values):
+        for j, symbol in enumerate(self.member_values):
             row = self.pad_to + n * (1 + j)
             code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
         aligned = self._aligned_args()
         for slot, (arg, dtype) in enumerate(tensor_args):
-            row = self.pad_to + n * (1 + len(values) + slot)
+            row = self.pad_to + n * (1 + len(self.member_values) + slot)
             address = f"tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))"
             code.writeline(f"{arg} = {f'tl.multiple_of({address}, 16)' if arg in aligned else address}")
 
@@ -1522,8 +1520,8 @@ class MemberTableKernel(TritonKernel):
                 sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
             )
             numels = None
-        if self._per_member_values():
-            options += f", values={self._per_member_values()!r}"
+        if self.member_values:
+            options += f", values={[v for values in self.member_values.values() for v in values]!r}"
         if _cudagraph_trees():  # the table must not live in a graph's memory pool
             options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
