@@ -12,8 +12,9 @@ elements it has, and the address of each of its tensors are read from one int64 
     * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
-of one split read the same buffer at different offsets). Where every member's tensor of a slot lies in one
-allocation (outputs an inference graph returns, split by :func:`tensors_of`), the call passes that allocation once
+of one split read the same buffer at different offsets). Where every member's buffer of a slot is a region of one
+allocation (outputs an inference graph returns, split by :func:`tensors_of`; a split reduction's partial sums, which
+the merged second stages read and nothing else, so no tensor is made of each), the call passes that allocation once
 (``spans``) and each member's address is its start plus the member's offset: one address read per slot, not one
 per member.
 

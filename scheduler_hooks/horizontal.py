@@ -1063,7 +1063,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
         return
     kernel_name = backend.define_kernel(src_code, schedule, kernel)
     kernel.kernel_name = kernel_name
-    kernel.outputs_together = _allocate_together(kernel_name, members, structures)
+    _allocate_together(kernel_name, group, members, structures)
     with V.set_kernel_handler(kernel):
         for member in members:
             for node in member.get_nodes():
@@ -1241,17 +1241,14 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
 
 
 def _allocate_together(
-    kernel_name: str, members: list[Any], structures: list[Structure]
-) -> dict[str, tuple[str, list[int]]]:
-    """Allocate the members' buffers that are one allocation (:func:`_one_allocations`) and split it into them.
-    Returns, by the first member's buffer of each such slot, the allocation and where each member's region starts
-    in it (bytes): the member table is given the allocation alone (one address to read per call, not one per
-    member). The regions are never reused (:func:`_free_without_reuse`)."""
+    kernel_name: str, group: MemberTableGroup, members: list[Any], structures: list[Structure]
+) -> None:
+    """Allocate the members' buffers that are one allocation (:func:`_one_allocations`), as regions of it
+    (:class:`RegionsOfAllocations`)."""
     wrapper = V.graph.wrapper_code
-    together: dict[str, tuple[str, list[int]]] = {}
+    regions = RegionsOfAllocations.of(wrapper)
     for slot, allocation in _one_allocations(members, structures).items():
-        _free_without_reuse(wrapper, allocation.names)
-        storage = f"{kernel_name}_out{slot}"
+        storage = f"{kernel_name}_{members[0].get_first_name()}_out{slot}"  # a kernel may serve several groups
         stride = [math.prod(allocation.shape[i + 1 :]) for i in range(len(allocation.shape))]
         wrapper.writeline(
             wrapper.make_allocation(storage, allocation.device, allocation.dtype, allocation.shape, stride)
@@ -1262,43 +1259,163 @@ def _allocate_together(
             function, arguments = "tensors_of", repr(allocation.rows)
         else:
             function, arguments = "tensors_of_each_row", repr(allocation.region)
-        wrapper.add_import_once(f"from optimus_ir.runtime import {function}")
-        wrapper.writeline(f"{', '.join(allocation.names)}, = {function}({storage}, {arguments})")
-        wrapper.allocated.update(allocation.names)
-        together[allocation.names[0]] = (storage, list(allocation.starts))
-    return together
+        regions.add(
+            storage, allocation, function, f"{', '.join(allocation.names)}, = {function}({storage}, {arguments})",
+            as_tensors=not _read_only_by_member_tables(group.scheduler, allocation.names),
+        )
 
 
-def _free_without_reuse(wrapper: Any, regions: tuple[str, ...]) -> None:
-    """Make ``regions`` of one allocation buffers no later buffer takes over: each is freed by a plain ``del`` at
-    its last use, where Inductor's wrapper would keep it for a later allocation of its size (``AllocateLine.plan``)
-    or a kernel would write its output over it (``decide_inplace_update``). A buffer that took a region over would
-    hold the whole allocation: a training forward's loss, a 0-d output, kept 1536 bytes alive into the backward
-    where stock's kept 512 (H200, tanh storm small training step: peak 6144 bytes above its start, stock's 5120;
-    ``peak_trace_before_regions_unreused.md``). ``V.graph.never_reuse_buffers`` keeps them from both, and from
-    being freed at all: ``codegen_free`` of this graph's wrapper frees them with a ``FreeLine`` instead."""
-    from torch._inductor.codegen.wrapper import FreeLine
+def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...]) -> bool:
+    """Whether every reader of the regions ``names`` is a merged kernel that reads, in each slot that holds one of
+    them, only regions of this allocation and writes none (its table can then be given the allocation, see
+    :meth:`RegionsOfAllocations.one_tensor`), and none of them is a graph output."""
+    regions = set(names)
+    if regions & set(V.graph.get_output_names()):
+        return False
+    for name in names:
+        for user in scheduler.name_to_buf[name].users:
+            if user.is_weak:
+                continue
+            group = scheduler.name_to_fused_node.get(user.get_name())
+            if not isinstance(group, MemberTableGroup):
+                return False
+            if any(name in {dep.name for dep in member.read_writes.writes} for member in group.members):
+                return False
+            for slot in range(len(group.structures[0].slots)):
+                in_slot = {structure.slots[slot] for structure in group.structures}
+                if name in in_slot and not in_slot <= regions:
+                    return False
+    return True
 
-    V.graph.never_reuse_buffers.update(regions)
-    if not hasattr(wrapper, "optimus_ir_regions"):
-        wrapper.optimus_ir_regions = OrderedSet()
-        stock_free = wrapper.codegen_free
 
-        def codegen_free(buffer: Any) -> None:
-            name = buffer.get_name()
-            if name not in wrapper.optimus_ir_regions:
-                stock_free(buffer)
-            elif name not in wrapper.freed and name not in V.graph.removed_buffers:  # as stock's plan: no line
-                wrapper.freed.add(name)
-                wrapper.writeline(FreeLine(wrapper, buffer))
+class RegionsOfAllocations:
+    """The regions of one allocation (:func:`_one_allocations`) in one graph's wrapper code.
 
-        wrapper.codegen_free = codegen_free
-    wrapper.optimus_ir_regions.update(regions)
+    The allocation is one line (``out1 = empty_strided_cuda((32, ), ...)``). Its regions become tensors of their
+    own (``buf0, buf2, = tensors_of(out1, (16, 16))``) only where code needs them as tensors: a graph
+    output, a stock kernel, anything but a merged kernel whose table reads all its members of that slot from this
+    allocation. Where merged kernels are their only readers (a split reduction's partial sums, read by the merged
+    second stages), the readers' tables are given the allocation and where each member's region starts in it, and
+    the allocation is deleted after the last region's last use::
+
+        out1 = empty_strided_cuda((32, ), (1, ), torch.float32)      out1 = empty_strided_cuda((32, ), ...)
+        buf0, buf2, = tensors_of(out1, (16, 16))                      first_now = first(x, y, out1)
+        first_now = first(x, y, out1)                          ->     ...
+        del out1                                                      second_now = second(out1, ...)
+        ...                                                           del out1
+        second_now = second(buf0, buf2, ...)
+        del buf0
+        del buf2
+
+    A call then makes no tensor per member, reads no address per member and frees no tensor per member (this
+    machine's CPU, 48 partial sums: 17 µs for the split and the addresses; ragged rows, 33 µs).
+
+    Regions are never reused: each is freed by a plain ``del`` at its last use, where Inductor's wrapper would keep
+    it for a later allocation of its size (``AllocateLine.plan``) or a kernel would write its output over it
+    (``decide_inplace_update``). A buffer that took a region over would hold the whole allocation: a training
+    forward's loss, a 0-d output, kept 1536 bytes alive into the backward where stock's kept 512 (H200, tanh storm
+    small training step: peak 6144 bytes above its start, stock's 5120; ``peak_trace_before_regions_unreused.md``).
+    ``V.graph.never_reuse_buffers`` keeps them from both, and from being freed at all: ``codegen_free`` of this
+    graph's wrapper frees them here instead."""
+
+    def __init__(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
+        #: region -> its allocation's name
+        self.storage_of: dict[str, str] = {}
+        #: allocation -> where each of its regions starts in it (bytes)
+        self.starts: dict[str, dict[str, int]] = {}
+        #: allocations whose regions are not tensors (yet) -> the function of ``optimus_ir.runtime`` and the line
+        #: that would make them
+        self.not_tensors: dict[str, tuple[str, str]] = {}
+        #: regions not tensors that are past their last use
+        self.done: OrderedSet[str] = OrderedSet()
+        #: allocations whose names the code still holds
+        self.alive: OrderedSet[str] = OrderedSet()
+
+    @classmethod
+    def of(cls, wrapper: Any) -> RegionsOfAllocations:
+        """The wrapper's regions (made on first use, with its ``codegen_free`` routing regions here)."""
+        if not hasattr(wrapper, "optimus_ir_regions"):
+            wrapper.optimus_ir_regions = regions = cls(wrapper)
+            stock_free = wrapper.codegen_free
+            wrapper.codegen_free = lambda buffer: regions.free(buffer) or stock_free(buffer)
+        return wrapper.optimus_ir_regions
+
+    def add(self, storage: str, allocation: OneAllocation, function: str, make_tensors: str, as_tensors: bool) -> None:
+        """Register ``allocation`` (just allocated as ``storage``); ``make_tensors`` is the line that makes its
+        regions tensors by ``function``, written now where ``as_tensors``."""
+        V.graph.never_reuse_buffers.update(allocation.names)
+        self.wrapper.allocated.update(allocation.names)
+        self.storage_of.update(dict.fromkeys(allocation.names, storage))
+        self.starts[storage] = dict(zip(allocation.names, allocation.starts))
+        self.not_tensors[storage] = (function, make_tensors)
+        self.alive.add(storage)
+        if as_tensors:
+            self._make_tensors(storage, keep_storage=True)
+
+    def one_tensor(self, names: list[str]) -> tuple[str, dict[str, int]] | None:
+        """Where ``names`` are all regions of one allocation: a tensor that a member table can be given instead of
+        them (the allocation while its name is alive, else the first region) and where each region starts from it
+        (bytes)."""
+        storages = {self.storage_of.get(name) for name in names}
+        if len(storages) != 1 or None in storages:
+            return None
+        storage = storages.pop()
+        starts = self.starts[storage]
+        if storage in self.alive:
+            return storage, {name: starts[name] for name in names}
+        return names[0], {name: starts[name] - starts[names[0]] for name in names}
+
+    def after_table(self, storage: str) -> None:
+        """After a line that gives ``storage`` to a kernel's table: delete it where its regions are tensors, which
+        hold it."""
+        if storage in self.alive and storage not in self.not_tensors:
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+
+    def make_tensors(self, names: OrderedSet[str]) -> None:
+        """Make the regions among ``names`` tensors, with all other regions of their allocations (a stock kernel
+        reads them: the merged kernel that was to read them failed to generate)."""
+        for storage in OrderedSet(self.storage_of[name] for name in names if name in self.storage_of):
+            if storage in self.not_tensors:
+                self._make_tensors(storage, keep_storage=False)
+
+    def _make_tensors(self, storage: str, keep_storage: bool) -> None:
+        function, line = self.not_tensors.pop(storage)
+        self.wrapper.add_import_once(f"from optimus_ir.runtime import {function}")
+        self.wrapper.writeline(line)
+        for name in self.starts[storage]:
+            if name in self.done:
+                self.wrapper.writeline(f"del {name}")
+        if not keep_storage:
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+
+    def free(self, buffer: Any) -> bool:
+        """``codegen_free`` of a region (True); False for any other buffer."""
+        from torch._inductor.codegen.wrapper import FreeLine
+
+        name = buffer.get_name()
+        if name not in self.storage_of:
+            return False
+        if name in self.wrapper.freed or name in V.graph.removed_buffers:  # as stock's plan: no line
+            return True
+        self.wrapper.freed.add(name)
+        storage = self.storage_of[name]
+        if storage not in self.not_tensors:
+            self.wrapper.writeline(FreeLine(self.wrapper, buffer))
+            return True
+        self.done.add(name)
+        if all(region in self.done or region in V.graph.removed_buffers for region in self.starts[storage]):
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+        return True
 
 
 def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
     """Stock kernels for the members, in order, each freeing the buffers it is the last to read."""
     scheduler = group.scheduler
+    RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(group.used_buffer_names())
     last_usage = set(group.last_usage)
     scheduler.buffer_names_to_free -= last_usage
     for i, member in enumerate(group.members):
@@ -1354,9 +1471,6 @@ class MemberTableKernel(TritonKernel):
         self.total = sum(padded)
         self.uniform = len(set(numels)) == 1 and not self.symbolic
         self.pad_to = 1 << (len(numels) - 1).bit_length()
-        #: by the first member's buffer of a slot: the one allocation all members' buffers of it lie in, and where
-        #: each one starts in it (bytes); see ``_allocate_together``
-        self.outputs_together: dict[str, tuple[str, list[int]]] = {}
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
         self.size_hint_x = self._size_hint_x(reduction)
 
@@ -1494,19 +1608,22 @@ class MemberTableKernel(TritonKernel):
         argdefs = [a.name for a in argdefs]
         tensor_args = {arg for arg, _ in self._tensor_args()}
         table = f"{name}_members_{self.call_site}"
-        by_slot, byte_offsets, spans = [], [], []
+        regions = RegionsOfAllocations.of(wrapper)
+        by_slot, byte_offsets, spans, storages = [], [], [], OrderedSet()
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
                 members = self._members_of_slot(outer)
-                together = self.outputs_together.get(members[0][0])
-                if together is None:
+                one = regions.one_tensor([name for name, _ in members])
+                if one is None:
                     by_slot.extend(name for name, _ in members)
                     spans.extend([1] * len(members))
                     byte_offsets.extend(offset for _, offset in members)
-                else:  # one allocation, each member's buffer a region of it (their offsets within it are 0)
-                    by_slot.append(together[0])
+                else:  # each member's buffer a region of one allocation: one tensor, and where each region starts
+                    tensor, starts = one
+                    by_slot.append(tensor)
                     spans.append(len(members))
-                    byte_offsets.extend(together[1])
+                    byte_offsets.extend(starts[name] + offset for name, offset in members)
+                    storages.add(regions.storage_of[tensor] if tensor in regions.storage_of else tensor)
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
         if len(spans) < len(byte_offsets):
@@ -1528,8 +1645,8 @@ class MemberTableKernel(TritonKernel):
         starts = None if self.symbolic else self.starts
         wrapper.header.writeline(f"{table} = MemberTable({starts!r}, {numels!r}, {self.pad_to}{options})")
         wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)}{call_options})")
-        for storage, _ in self.outputs_together.values():
-            wrapper.writeline(f"del {storage}")
+        for storage in storages:
+            regions.after_table(storage)
         call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)
         self.add_numel_to_call_args(name, call_args, arg_types)

@@ -629,7 +629,7 @@ def test_returned_outputs_give_the_member_table_their_one_allocation():
     inputs = [torch.randn(rows, 64) for rows in (32, 32, 64, 16)]
     wrapper = compile_report(fn, tuple(inputs), passes="horizontal").wrapper
     (call,) = re.findall(r"_members_\w+_now = \w+\((.*)\)", wrapper)
-    assert call.split(", ")[4:] == ["triton_poi_fused_tanh_0_out1"]  # the four inputs, then one allocation
+    assert call.split(", ")[4:] == ["triton_poi_fused_tanh_0_op2_out1"]  # the four inputs, then one allocation
     assert "spans=[1, 1, 1, 1, 4]" in wrapper
     assert "byte_offsets=[0, 0, 0, 0, 0, 16384, 24576, 32768]" in wrapper  # largest first: 64, 32, 32, 16 rows
     actual, expected, _ = _run_in_interpreter(fn, inputs)
@@ -639,8 +639,9 @@ def test_returned_outputs_give_the_member_table_their_one_allocation():
 @pytest.mark.parametrize(
     "rows, split",
     [
-        ((32, 32, 32), "buf0, buf1, buf2, = tensors_of(triton_poi_fused_tanh_0_out1, (32, 32, 32))"),
-        ((32, 64, 16), "buf1, buf0, buf2, = tensors_of(triton_poi_fused_tanh_0_out1, (64, 32, 16))"),  # largest first
+        ((32, 32, 32), "buf0, buf1, buf2, = tensors_of(triton_poi_fused_tanh_0_op0_out1, (32, 32, 32))"),
+        # largest first
+        ((32, 64, 16), "buf1, buf0, buf2, = tensors_of(triton_poi_fused_tanh_0_op1_out1, (64, 32, 16))"),
     ],
     ids=["same rows", "ragged"],
 )
@@ -681,14 +682,45 @@ def test_full_reductions_merge_both_stages_with_their_small_buffers_in_one_alloc
     wrapper = report.graphs[0].wrapper
     partials = re.search(r"(\w+) = empty_strided_cuda\(\(192, \), \(1, \), torch.float32\)", wrapper)
     sums = re.search(r"(\w+) = empty_strided_cuda\(\(12, 4\), \(4, 1\), torch.float32\)", wrapper)
-    assert partials and f"= tensors_of({partials[1]}, {(16,) * 12})" in wrapper  # 64 bytes each, end to end
     assert sums and f"= tensors_of_each_row({sums[1]}, ())" in wrapper  # 4 bytes each, 16 apart
+    # 64 bytes each, end to end; only the merged second stages read them: no tensor per partial sum, the second
+    # stages' table is given the allocation and where each member's region starts in it
+    assert partials and re.findall(r"= (tensors_of\w*)\(", wrapper) == ["tensors_of_each_row"]
+    first_table, second_table = re.findall(r"^\s*(\w+_now) = \w+\((.*)\)$", wrapper, flags=re.M)
+    assert first_table[1].endswith(f", {partials[1]}") and second_table[1] == f"{partials[1]}, {sums[1]}"
+    assert re.search(rf"byte_offsets=\[{', '.join(str(64 * i) for i in range(12))}, 0, 16, ", wrapper)
+    assert wrapper.count(f"del {partials[1]}\n") == 1
+    assert wrapper.index(f"del {partials[1]}\n") > wrapper.index(f"{second_table[0]} = ")
     assert peak_bytes(wrapper) <= peak_bytes(stock.graphs[0].wrapper) // 4
     actual, _, _ = run_compiled(_full_sums, inputs, horizontal=True)
     assert [out.shape for out in actual] == [torch.Size([])] * 12
     assert len({out.untyped_storage().data_ptr() for out in actual}) == 1 and not any(o._is_view() for o in actual)
     torch.testing.assert_close(actual, run_compiled(_full_sums, inputs, horizontal=False)[0], rtol=0, atol=0)
     torch.testing.assert_close(actual, _full_sums(*inputs), rtol=1e-5, atol=1e-3)  # sums of 131072 in fp32
+
+
+def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_stock_kernels():
+    # the second stages' kernel fails to generate: their stock kernels read each partial sum by name, so the
+    # regions are made tensors (and the allocation's name deleted) just before them
+    stock_numels = horizontal.MemberTableKernel.codegen_static_numels
+
+    def second_stage_fails(kernel, code):
+        if kernel.persistent_reduction:
+            raise RuntimeError("boom")
+        return stock_numels(kernel, code)
+
+    inputs = tuple(torch.randn(256, 512) for _ in range(12))
+    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", second_stage_fails):
+        report = compile_report(_full_sums, inputs, passes="horizontal")
+        actual, expected, records = _run_in_interpreter(_full_sums, inputs)
+    assert len(report.launches) == 13 and any("boom" in r.detail for r in records)
+    call = report.graphs[0].wrapper.split("def call(")[1]
+    partials = re.search(r"(\w+) = empty_strided_cuda\(\(192, \), \(1, \), torch.float32\)", call)[1]
+    regions = re.search(rf"^\s*((?:buf\d+, )+)= tensors_of\({partials}, {re.escape(repr((16,) * 12))}\)$", call, re.M)
+    assert regions and call[: call.index(regions[0])].count(".run(") == 1  # after the first stages, before the rest
+    assert re.search(rf"\)\n\s*del {partials}\n", call[call.index(regions[0]):])  # the regions hold it now
+    assert all(f"del {name}" in call for name in regions[1].split(", ")[:-1])
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-3)
 
 
 def test_a_group_rejected_by_the_estimate_waits_for_the_group_that_reads_its_outputs():
@@ -784,10 +816,18 @@ def test_partial_sums_of_different_counts_share_one_allocation_each_region_16_by
     report = compile_report(fn, inputs, passes="horizontal")
     assert len(report.launches) == 2
     wrapper = report.graphs[0].wrapper
-    [(rows, padding)] = re.findall(r"= tensors_of_padded_rows\(\w+, (\([\d, ]+\)), (\([\d, ]+\))\)", wrapper)
-    rows, padding = eval(rows), eval(padding)
+    # only the merged second stages read the partial sums: their table holds where each region starts
+    [(allocation, elements)] = re.findall(r"(\w+) = empty_strided_cuda\(\((\d+), \), \(1, \), torch.float32\)", wrapper)
+    table = re.search(rf"(\w+)_now = \w+\({allocation}, ", wrapper)[1]  # the second stages' table
+    second = re.search(rf"^{table} = MemberTable\(.*$", wrapper, flags=re.M)[0]
+    starts = eval(re.search(r"byte_offsets=(\[[\d, ]+\])", second)[1])[:48]
+    rows = eval(re.search(r"values=(\[[\d, ]+\])", second)[1])  # each member's count of partial sums
     assert sorted(set(rows)) == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24]
-    assert all((n + pad) % 4 == 0 and pad < 4 for n, pad in zip(rows, padding))
+    regions = sorted((start, start + 4 * n) for start, n in zip(starts, rows))
+    assert all(start % 16 == 0 for start, _ in regions)
+    assert all(end <= next_start < end + 16 for (_, end), (next_start, _) in zip(regions, regions[1:]))
+    assert regions[0][0] == 0 and int(elements) * 4 == -(-regions[-1][1] // 16) * 16
+    assert "tensors_of_padded_rows" not in wrapper
     assert peak_bytes(wrapper) <= peak_bytes(compile_report(fn, inputs, passes=None).graphs[0].wrapper)
     regions = runtime.tensors_of_padded_rows(torch.zeros(12), (2, 3, 4), (2, 1, 0))
     assert [(t.shape, t.storage_offset()) for t in regions] == [((2,), 0), ((3,), 4), ((4,), 8)]
