@@ -19,7 +19,9 @@ the merged second stages read and nothing else, so no tensor is made of each), t
 per member.
 
 The addresses change only when the tensors do, so tables are cached by the addresses: a steady-state call costs a
-``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. Where they change every call (a training
+``data_ptr()`` per tensor and one dict lookup, not a host-to-device copy. A new table checks that the graph inputs
+its kernel takes as 16-byte aligned are (``aligned``), where Inductor's check before each call is left out for them
+(``InputAlignmentCheckedByMemberTables``), and copies one that is not, for that call. Where they change every call (a training
 step's activations and gradients can take new addresses each step), a miss rewrites the slot of the least recently
 used table: its row of one page-locked host buffer (once the copy that last read that row is done: an event), then
 its device table, by an asynchronous copy queued behind the kernels that read the old table. Once the cache is
@@ -55,6 +57,7 @@ from typing import TypeVar
 import torch
 from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 from torch._C._dynamo.guards import assert_size_stride as _assert_size_stride
+from torch._inductor.utils import ALIGNMENT, clone_preserve_strides
 
 __all__ = ["InputChecks", "MemberTable", "tensors_of", "tensors_of_each_row", "tensors_of_padded_rows"]
 
@@ -239,12 +242,17 @@ class MemberTable:
         spans: list[int] | None = None,
         values: list[int] | None = None,
         align: int | None = None,
+        aligned: list[int] | None = None,
         cache_size: int = 16,
         capture_buffers: int = 4,
         outside_graph_pools: bool = False,
     ) -> None:
         """``starts`` and ``numels`` None: members of symbolic sizes, whose numels each call gives (``numels=``);
-        each member then starts at the next multiple of ``align`` after the one before."""
+        each member then starts at the next multiple of ``align`` after the one before.
+
+        ``aligned``: the positions of a call's tensors (graph inputs) whose addresses the kernel takes as
+        ``ALIGNMENT``-byte aligned, where Inductor's own check of them before each call is left out (see
+        :meth:`__call__`)."""
         self.pad_to = pad_to
         #: the members' values that differ (their divisors, their row lengths), row after row
         self.values = list(values or ())
@@ -255,6 +263,7 @@ class MemberTable:
         #: how many members' addresses each tensor of a call gives (its address repeated; ``byte_offsets`` tell
         #: them apart): N for one allocation of a slot's N members, 1 for a member's own tensor; None: all 1
         self.spans = spans
+        self.aligned = aligned or []
         self.cache_size = cache_size
         self.capture_buffers = capture_buffers
         #: the compile uses cudagraph trees: tensors are made on a helper thread (see the module docstring)
@@ -275,25 +284,56 @@ class MemberTable:
     def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see
         ``spans``), then slot 1 of every member, ...;
-        ``numels``: the members' numels, for a table made without them (symbolic sizes)."""
+        ``numels``: the members' numels, for a table made without them (symbolic sizes).
+
+        The ``aligned`` tensors' addresses are checked where a table is made for them (a call that finds its table
+        checks nothing: the same addresses passed before). One that is not aligned is copied to memory that is, as
+        Inductor's check before the call would have (``copy_misaligned_inputs``); such a table is made for this
+        call only, and the copies live as long as the table returned (the wrapper's ``del`` after the launch)."""
         device = tensors[0].device
         key = (device, numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if device.type == "cuda":
             if self._unused_capture_buffers is None:
                 self._make_capture_buffers(device, len(self._constant_for(numels)) + self._addresses(len(tensors)))
             if torch.cuda.is_current_stream_capturing():
-                return self._for_capture(key)
+                return self._for_capture(key, tensors)
         slot = self._recent.get(key)
-        if slot is None:
-            if len(self._recent) < self.cache_size:
-                slot = len(self._recent)
-            else:
-                slot = self._recent.popitem(last=False)[1]
+        if slot is not None:
+            self._recent.move_to_end(key)
+            return self._tables[slot]
+        copies = self._aligned_copies(tensors, key)
+        if copies is None:
+            slot = self._free_slot()
             self._write(slot, [*self._constant_for(numels), *self._shifted(key[2:])], device)
             self._recent[key] = slot
-        else:
-            self._recent.move_to_end(key)
-        return self._tables[slot]
+            return self._tables[slot]
+        slot = self._free_slot()
+        self._write(slot, [*self._constant_for(numels), *self._shifted(tuple(map(_data_ptr, copies)))], device)
+        return self._holding(self._tables[slot], copies)
+
+    def _free_slot(self) -> int:
+        """A slot for a new table: the next unused one, else the least recently used one's (forgotten)."""
+        if len(self._recent) < self.cache_size:
+            return len(self._recent)
+        return self._recent.popitem(last=False)[1]
+
+    def _aligned_copies(self, tensors: tuple[torch.Tensor, ...], key: tuple[object, ...]) -> list[torch.Tensor] | None:
+        """``tensors`` with each ``aligned`` one whose address is not aligned replaced by an aligned copy; None
+        where all are aligned."""
+        misaligned = [i for i in self.aligned if key[2 + i] % ALIGNMENT]
+        if not misaligned:
+            return None
+        copies = list(tensors)
+        for i in misaligned:
+            copies[i] = clone_preserve_strides(tensors[i])
+        return copies
+
+    @staticmethod
+    def _holding(table: torch.Tensor, copies: list[torch.Tensor]) -> torch.Tensor:
+        """``table`` as a tensor of its own that keeps ``copies`` alive as long as it is."""
+        table = table.view(table.shape)
+        table.optimus_ir_copies = copies
+        return table
 
     def _constant_for(self, numels: tuple[int, ...] | None) -> list[int]:
         if numels is None:
@@ -352,10 +392,14 @@ class MemberTable:
         self._unused_capture_buffers = [*(self._unused_capture_buffers or []), *buffers]
         _KEPT_FOR_GRAPHS.extend(buffers)
 
-    def _for_capture(self, key: tuple[object, ...]) -> torch.Tensor:
-        table = self._captured.get(key)
+    def _for_capture(self, key: tuple[object, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The table for a call being captured; its misaligned tensors' copies are made (and their copy captured)
+        in this capture only, so such a table is this capture's alone."""
+        copies = self._aligned_copies(tensors, key)
+        table = self._captured.get(key) if copies is None else None
         if table is not None:
             return table
+        addresses = key[2:] if copies is None else tuple(map(_data_ptr, copies))
         constant = self._constant_for(key[1])
         if not self._unused_capture_buffers and self.outside_graph_pools:
             self._make_capture_buffers(key[0], len(constant) + self._addresses(len(key) - 2), count=1)
@@ -365,8 +409,10 @@ class MemberTable:
                 "merged kernel; set OPTIMUS_IR=splitcat to turn the horizontal pass off for this program"
             )
         host, table = self._unused_capture_buffers.pop()
-        host.copy_(torch.tensor([*constant, *self._shifted(key[2:])], dtype=torch.int64, device="cpu"))
+        host.copy_(torch.tensor([*constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu"))
         if not _copy_outside_capture(table, host):
             table.copy_(host, non_blocking=True)  # captured: replays copy these (never rewritten) host values
+        if copies is not None:
+            return self._holding(table, copies)
         self._captured[key] = table
         return table

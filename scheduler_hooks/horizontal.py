@@ -1414,8 +1414,12 @@ class RegionsOfAllocations:
 
 def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
     """Stock kernels for the members, in order, each freeing the buffers it is the last to read."""
+    # imported here: that module's rule must register after this one's (it reads the groups this one makes)
+    from optimus_ir.scheduler_hooks.input_checks import check_alignment_again
+
     scheduler = group.scheduler
     RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(group.used_buffer_names())
+    check_alignment_again(group.used_buffer_names())
     last_usage = set(group.last_usage)
     scheduler.buffer_names_to_free -= last_usage
     for i, member in enumerate(group.members):
@@ -1609,12 +1613,16 @@ class MemberTableKernel(TritonKernel):
         tensor_args = {arg for arg, _ in self._tensor_args()}
         table = f"{name}_members_{self.call_site}"
         regions = RegionsOfAllocations.of(wrapper)
-        by_slot, byte_offsets, spans, storages = [], [], [], OrderedSet()
+        aligned_args = self._aligned_args()
+        by_slot, byte_offsets, spans, storages, aligned = [], [], [], OrderedSet(), []
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
                 members = self._members_of_slot(outer)
                 one = regions.one_tensor([name for name, _ in members])
                 if one is None:
+                    if arg_name in aligned_args:  # the graph's inputs among them: the table checks their alignment
+                        aligned.extend(len(by_slot) + i for i, (name, _) in enumerate(members)
+                                       if name in V.graph.graph_inputs)
                     by_slot.extend(name for name, _ in members)
                     spans.extend([1] * len(members))
                     byte_offsets.extend(offset for _, offset in members)
@@ -1639,6 +1647,8 @@ class MemberTableKernel(TritonKernel):
             numels = None
         if self.member_values:
             options += f", values={[v for values in self.member_values.values() for v in values]!r}"
+        if aligned:
+            options += f", aligned={aligned!r}"
         if _cudagraph_trees():  # the table must not live in a graph's memory pool
             options += ", outside_graph_pools=True"
         wrapper.add_import_once("from optimus_ir.runtime import MemberTable")

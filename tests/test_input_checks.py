@@ -1,5 +1,8 @@
 """InputAssertsToOneCheck: a graph's input asserts as one check in its wrapper (golden), where it must not fire,
-and the run-time check (``optimus_ir.runtime.InputChecks``): stock's asserts and errors wherever it cannot vouch."""
+and the run-time check (``optimus_ir.runtime.InputChecks``): stock's asserts and errors wherever it cannot vouch.
+
+InputAlignmentCheckedByMemberTables: the inputs only merged kernels read leave Inductor's alignment check before
+each call (golden), where it must not fire, and the member table's own check (``MemberTable``'s ``aligned``)."""
 
 import gc
 import weakref
@@ -7,17 +10,20 @@ from unittest import mock
 
 import pytest
 import torch
+from torch._inductor import output_code
 from torch._inductor.graph import GraphLowering
 
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.registry import recording
-from optimus_ir.runtime import InputChecks
+from optimus_ir.runtime import InputChecks, MemberTable
+from optimus_ir.scheduler_hooks import horizontal
 
 from golden import assert_golden
 
 RULE = "InputAssertsToOneCheck"
+ALIGNMENT_RULE = "InputAlignmentCheckedByMemberTables"
 
 
 def tanh_scale_each(*xs):
@@ -128,3 +134,75 @@ def test_input_checks_keep_no_input_alive():
     gc.collect()
     assert gone() is None
     assert checks.check(torch.randn(4, 8), b)
+
+
+# ------------------------------------------------------------------------------------- alignment in the tables
+
+
+def _alignment_checked(fn, inputs, passes="all"):
+    """The compile's report, and the inputs its compiled graph checks for alignment before each call."""
+    checked = []
+    stock = output_code.align_inputs_from_check_idxs
+
+    def spy(model, inputs_to_check, mutated):
+        checked.append(list(inputs_to_check))
+        return stock(model, inputs_to_check, mutated)
+
+    with mock.patch.object(output_code, "align_inputs_from_check_idxs", spy):
+        report = compile_report(fn, inputs, passes=passes)
+    [inputs_to_check] = checked
+    return report, inputs_to_check
+
+
+def test_golden_alignment_of_inputs_only_merged_kernels_read():
+    # the sixth input is read by a stock kernel too (its row sum): Inductor keeps checking it
+    def fn(*xs):
+        return [torch.tanh(x) * 2.0 for x in xs] + [xs[5].sum(1)]
+
+    inputs = [torch.randn(64, 256) for _ in range(6)]
+    _, stock_checked = _alignment_checked(fn, inputs, passes=None)
+    report, checked = _alignment_checked(fn, inputs)
+    assert (stock_checked, checked) == ([0, 1, 2, 3, 4, 5], [5])
+    [fired] = [r for r in report.rewrites if r.rule == ALIGNMENT_RULE]
+    assert fired.fired and fired.nodes == ("arg0_1", "arg1_1", "arg2_1", "arg3_1", "arg4_1")
+    [table] = [line.strip() for line in report.wrapper.splitlines() if " = MemberTable(" in line]
+    assert_golden("input_alignment_tanh_6", f"inputs_to_check = {checked}\n{table}\n")
+
+
+def test_inputs_updated_in_place_keep_inductors_alignment_check():
+    # Inductor copies a misaligned input it updates back after the call; a table's copy would not be
+    def fn(*params):
+        for p in params:
+            p.mul_(0.5)
+
+    report, checked = _alignment_checked(fn, [torch.randn(64, 256) for _ in range(4)])
+    assert any(r.rule == "IdenticalKernelsToMemberTableKernel" and r.fired for r in report.rewrites)
+    assert checked == [0, 1, 2, 3]
+    [kept] = [r for r in report.rewrites if r.rule == ALIGNMENT_RULE]
+    assert not kept.fired and "updated in place" in kept.detail
+
+
+def test_inputs_of_a_merged_kernel_that_fell_back_are_checked_by_inductor_again():
+    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
+        report, checked = _alignment_checked(tanh_scale_each, [torch.randn(64, 256) for _ in range(4)])
+    assert len(report.launches) == 4 and checked == [0, 1, 2, 3]
+    fired, again = [r for r in report.rewrites if r.rule == ALIGNMENT_RULE]
+    assert fired.fired and not again.fired and "fell back" in again.detail
+
+
+def test_member_table_copies_a_misaligned_input_to_aligned_memory_for_that_call_only():
+    table = MemberTable(starts=[0, 1024], numels=[10, 10], pad_to=2, aligned=[0, 1])
+    aligned, storage = torch.randn(16), torch.randn(17)
+    misaligned = storage[1:11]  # 4 bytes past a 16-byte boundary
+    assert aligned.data_ptr() % 16 == 0 and misaligned.data_ptr() % 16 == 4
+    first = table(aligned, misaligned)
+    [_, copy] = first.optimus_ir_copies  # alive as long as the table the call uses
+    assert copy.data_ptr() % 16 == 0 and torch.equal(copy, misaligned)
+    assert first.tolist()[4:] == [aligned.data_ptr(), copy.data_ptr()]
+    storage.add_(1)  # new values at the same address: a new copy, not the last call's table
+    second = table(aligned, misaligned)
+    assert torch.equal(second.optimus_ir_copies[1], misaligned) and not torch.equal(copy, misaligned)
+    cached = table(aligned, aligned)  # all aligned: cached by the addresses, no copies
+    assert table(aligned, aligned) is cached and not hasattr(cached, "optimus_ir_copies")
+    assert cached.tolist()[4:] == [aligned.data_ptr(), aligned.data_ptr()]
+
