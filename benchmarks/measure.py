@@ -212,14 +212,9 @@ def _replay_work_ms(graph: torch.cuda.CUDAGraph, replays: int = 20) -> float:
     return sum(e.time_range.elapsed_us() for e in work) / 1000 / replays
 
 
-def kernels_per_call(fn: Callable[[], Any], calls: int = 3, warmup: int = 10) -> float:
-    """GPU kernels (and copies) launched per call in steady state, counted with the profiler after ``warmup`` calls.
-
-    A merged kernel's member table is copied to the GPU when a call brings addresses it has not cached; the
-    addresses a training step's allocations take settle after a few steps (H200, 48 full sums' training step: 16
-    CUDA events per step counted after two steps, its 8 kernels alone after 21; 2026-12-01)."""
-    for _ in range(warmup):
-        fn()
+def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    """GPU kernels launched per call, counted with the profiler."""
+    fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
