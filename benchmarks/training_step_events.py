@@ -1,0 +1,82 @@
+"""CUDA events per training step over a run's first steps, kernels and member-table copies apart: stock Inductor,
+combo kernels and optimus_ir, on the horizontal issue's training storms.
+
+    python benchmarks/training_step_events.py --out DIR [--only "full sum"] [--windows 2 12 22 42]
+
+A merged kernel's member table is copied to the GPU when a call brings addresses it has not cached. A training
+step's tensors may take new addresses from step to step until the caching allocator's blocks settle, so the CUDA
+events a step launches can change over its first steps. Each window counts the events of 3 steps, from the step
+given on (step 1 is the compiling one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from horizontal_bench import TRAINING, WORKLOADS  # noqa: E402
+from measure import VARIANTS, cold_compile, header, variant_context, write_results  # noqa: E402
+
+STEPS_PER_WINDOW = 3
+
+
+def events_per_step(step, windows: list[int]) -> dict[int, collections.Counter]:
+    """By window start: the CUDA events of ``STEPS_PER_WINDOW`` steps from that step on, per step, by kind."""
+    done, counts = 1, {}  # the first step (the compile) is done
+    for start in windows:
+        for _ in range(start - done - 1):
+            step()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(STEPS_PER_WINDOW):
+                step()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        counts[start] = collections.Counter("copy" if "Memcpy" in name else "kernel" for name in names)
+        done = start + STEPS_PER_WINDOW - 1
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*", help="substrings of the training storms' names")
+    parser.add_argument("--windows", nargs="+", type=int, default=[2, 12, 22, 42])
+    args = parser.parse_args()
+    rows = []
+    for name, fn, make, dtype in WORKLOADS:
+        if name not in TRAINING or dtype != torch.float32 or args.only and not any(p in name for p in args.only):
+            continue
+        inputs = tuple(make(dtype, True))
+        grads = [torch.randn_like(out) for out in fn(*inputs)]
+        for variant in VARIANTS:
+            if variant.name not in ("stock", "combo_kernels", "optimus_ir"):
+                continue
+            with cold_compile(), variant_context(variant):
+                run = torch.compile(fn)
+
+                def step() -> None:
+                    torch.autograd.grad(run(*inputs), inputs, grads)
+
+                step()
+                counts = events_per_step(step, args.windows)
+            row = {"workload": f"{name} training step", "variant": variant.name}
+            for start, count in counts.items():
+                row[f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step"] = (
+                    f"{count['kernel'] / STEPS_PER_WINDOW:g}, {count['copy'] / STEPS_PER_WINDOW:g}"
+                )
+            rows.append(row)
+            print(rows[-1], flush=True)
+    columns = ["workload", "variant"] + [
+        f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step" for start in args.windows
+    ]
+    write_results(args.out, "training_step_events", header(" ".join(sys.argv)), rows, columns)
+
+
+if __name__ == "__main__":
+    main()
