@@ -1,5 +1,5 @@
-"""CUDA events per training step over a run's first steps, kernels and member-table copies apart: stock Inductor,
-combo kernels and optimus_ir, on the horizontal issue's training storms.
+"""CUDA events per training step over a run's first steps, kernels and member-table copies apart, and the peak
+memory of a step: stock Inductor, combo kernels and optimus_ir, on the horizontal issue's training storms.
 
     python benchmarks/training_step_events.py --out DIR [--only "full sum"] [--windows 2 12 22 42]
 
@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import TRAINING, WORKLOADS  # noqa: E402
-from measure import VARIANTS, cold_compile, header, variant_context, write_results  # noqa: E402
+from measure import VARIANTS, cold_compile, header, peak_memory_bytes, variant_context, write_results  # noqa: E402
 
 STEPS_PER_WINDOW = 3
 
@@ -65,7 +65,8 @@ def main() -> None:
 
                 step()
                 counts = events_per_step(step, args.windows)
-            row = {"workload": f"{name} training step", "variant": variant.name}
+                peak = peak_memory_bytes(step)
+            row = {"workload": f"{name} training step", "variant": variant.name, "peak MiB of a step": peak / 2**20}
             for start, count in counts.items():
                 row[f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step"] = (
                     f"{count['kernel'] / STEPS_PER_WINDOW:g}, {count['copy'] / STEPS_PER_WINDOW:g}"
@@ -74,7 +75,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     columns = ["workload", "variant"] + [
         f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step" for start in args.windows
-    ]
+    ] + ["peak MiB of a step"]
     write_results(args.out, "training_step_events", header(" ".join(sys.argv)), rows, columns)
 
 
