@@ -212,16 +212,20 @@ def _replay_work_ms(graph: torch.cuda.CUDAGraph, replays: int = 20) -> float:
     return sum(e.time_range.elapsed_us() for e in work) / 1000 / replays
 
 
-def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """GPU kernels launched per call, counted with the profiler."""
-    fn()
+def cuda_events(fn: Callable[[], Any], calls: int) -> list[str]:
+    """The names of the CUDA events (kernels and copies) of ``calls`` calls of ``fn``, from the profiler."""
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(kernels) / calls
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    """GPU kernels launched per call, counted with the profiler."""
+    fn()
+    return len(cuda_events(fn, calls)) / calls
 
 
 def peak_memory_bytes(fn: Callable[[], Any]) -> int:

@@ -20,7 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import TRAINING, WORKLOADS  # noqa: E402
-from measure import VARIANTS, cold_compile, header, peak_memory_bytes, variant_context, write_results  # noqa: E402
+from measure import (  # noqa: E402
+    VARIANTS, cold_compile, cuda_events, header, peak_memory_bytes, variant_context, write_results,
+)
 
 STEPS_PER_WINDOW = 3
 
@@ -31,12 +33,7 @@ def events_per_step(step, windows: list[int]) -> dict[int, collections.Counter]:
     for start in windows:
         for _ in range(start - done - 1):
             step()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(STEPS_PER_WINDOW):
-                step()
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        names = cuda_events(step, STEPS_PER_WINDOW)
         counts[start] = collections.Counter("copy" if "Memcpy" in name else "kernel" for name in names)
         done = start + STEPS_PER_WINDOW - 1
     return counts
