@@ -302,14 +302,13 @@ class MemberTable:
             self._recent.move_to_end(key)
             return self._tables[slot]
         copies = self._aligned_copies(tensors, key)
-        if copies is None:
-            slot = self._free_slot()
-            self._write(slot, [*self._constant_for(numels), *self._shifted(key[2:])], device)
-            self._recent[key] = slot
-            return self._tables[slot]
+        addresses = key[2:] if copies is None else tuple(map(_data_ptr, copies))
         slot = self._free_slot()
-        self._write(slot, [*self._constant_for(numels), *self._shifted(tuple(map(_data_ptr, copies)))], device)
-        return self._holding(self._tables[slot], copies)
+        self._write(slot, [*self._constant_for(numels), *self._shifted(addresses)], device)
+        if copies is not None:  # this call's alone: not cached
+            return self._holding(self._tables[slot], copies)
+        self._recent[key] = slot
+        return self._tables[slot]
 
     def _free_slot(self) -> int:
         """A slot for a new table: the next unused one, else the least recently used one's (forgotten)."""
