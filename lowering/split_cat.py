@@ -24,6 +24,7 @@ from torch._inductor.ops_handler import WrapperHandler
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from optimus_ir import index_math
+from optimus_ir.lowering.precision import as_loaded
 from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
 
 aten = torch.ops.aten
@@ -113,6 +114,7 @@ class _ReadThroughFolds(WrapperHandler):
         return self.read[name, index]
 
     def _read_through(self, written: tuple[Any, ...], name: str, index: sympy.Expr) -> Any:
+        from torch._inductor.virtualized import V
         from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
         folds, size, stride, dim = written
@@ -127,8 +129,9 @@ class _ReadThroughFolds(WrapperHandler):
             for fold in folds:
                 fold_index = fold.index_for(coords, int(bounds.lower), int(bounds.upper), dim)
                 if fold_index is not None:
-                    return fold.value(fold_index)
+                    return as_loaded(self, fold.value(fold_index), V.graph.get_dtype(name))
         return self._inner.load(name, index)
+
 
 
 @dataclasses.dataclass
@@ -559,7 +562,7 @@ class CatConsumerIntoPieces(LoweringRule):
 
     def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         from torch._inductor import ir
-        from torch._inductor.virtualized import OpsValue, OpsWrapper, V
+        from torch._inductor.virtualized import OpsValue, OpsWrapper, V, ops
 
         from optimus_ir.registry import stock_lowering
 
@@ -585,7 +588,9 @@ class CatConsumerIntoPieces(LoweringRule):
         cat_loader = cat.make_loader()
 
         def stand_in_element(index: list[sympy.Expr]) -> Any:
-            return cat_loader(index) if piece_value[0] is None else OpsValue(piece_value[0])
+            if piece_value[0] is None:
+                return cat_loader(index)
+            return as_loaded(ops, OpsValue(piece_value[0]), cat.get_dtype())  # as stock's kernel loads the cat
 
         stand_in = ir.Pointwise.create(
             device=cat.get_device(), dtype=cat.get_dtype(), inner_fn=stand_in_element, ranges=list(size)

@@ -25,6 +25,7 @@ import sympy
 import torch
 
 from optimus_ir import index_math
+from optimus_ir.lowering.precision import rounded_as_stored
 from optimus_ir.registry import LoweringRule, NotApplicable, Reject, SchedulerRule, record, register
 from optimus_ir.scheduler_hooks.node_graph import drop_nodes
 
@@ -326,6 +327,7 @@ class _SlicesOfCat:
                 continue
             if value.get_dtype() != x.get_dtype():
                 value = to_dtype(value, x.get_dtype())
+            value = rounded_as_stored(value)  # as the cat holds it
             plans.append((fx_input, value, start - starts[i], end - starts[i]))
         return cat, plans, [str(s) for s in starts]
 

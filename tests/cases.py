@@ -209,6 +209,18 @@ CASES = [
         rtol=1e-4,
     ),
     Case(
+        # the same chain in bf16: the one kernel computes in fp32 and rounds each cat's values to bf16 where the
+        # next layer (or the scale) reads them, as stock's kernels do when they store each cat
+        "split_ops_cat_scale_chain2_bf16",
+        split_ops_cat_scale_chain2,
+        lambda: (torch.randn(16, 120, dtype=torch.bfloat16), (torch.rand(120) + 0.5).to(torch.bfloat16)),
+        21,
+        1,
+        ("SplitCatToPointwise", "CatConsumerIntoPieces", "DeadFoldedCatElimination", "PieceGroupToComboKernel"),
+        atol=2e-2,
+        rtol=2e-2,
+    ),
+    Case(
         "split_relu_cat_training",
         split_relu_cat_training,
         _randn(32, 160, grad=True),

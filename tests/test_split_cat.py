@@ -285,6 +285,25 @@ def test_chain_of_layers_in_a_bf16_training_step():
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_folded_low_precision_layers_round_where_stock_stores_each_cat(dtype):
+    """Four bf16 (fp16) layers and their scales folded into one kernel, which computes in fp32: each piece that
+    reads the layer before rounds its value to the dtype, as stock's kernels round each cat they store, so the
+    result is stock's to the bit (without the rounding it differed from stock's)."""
+    x = torch.randn(8, 72, dtype=dtype)
+    report = compile_report(lambda x: _layers(x, 4), (x,))
+    (kernel,) = report.kernels
+    # nine pieces read each of layers 1-3, and each layer's scale reads its cat: 9 * (3 + 4) roundings
+    cast = ".to(tl.bfloat16)" if dtype == torch.bfloat16 else ".to(tl.float16)"
+    assert kernel.source.count(cast) == 9 * (3 + 4), kernel.source
+    results = {}
+    for passes in (None, "all"):
+        torch._dynamo.reset()
+        with optimus_ir.enabled(passes), cpu_triton_interpreter():
+            results[passes] = torch.compile(lambda x: _layers(x, 4))(x)
+    torch.testing.assert_close(results["all"], results[None], rtol=0, atol=0)
+
+
 def test_cat_with_an_input_computed_by_its_own_kernel_folds_the_others():
     """The mm writes straight into its slice of the cat (as stock makes it); the 16 pieces are folded around it."""
 

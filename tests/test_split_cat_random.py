@@ -4,8 +4,9 @@ Each case is a seed: a tensor cut into pieces (split, split_with_sizes, chunk, u
 elementwise op on each piece from one to three per layer (so runs of one op, and ops at strides; a row sum
 broadcast back among them), the pieces glued back (cat in
 order, reversed or shuffled, or stack), for one to three layers, fp32 or bf16. The result must equal stock
-Inductor's and eager's: to float rounding in fp32; in bf16, to bf16's precision (a fused chain keeps fp32 between
-layers where stock and eager round to bf16).
+Inductor's and eager's: to float rounding in fp32; in bf16, to bf16's precision (where a split of a cat reads a
+piece that has a kernel of its own, Inductor may fuse that kernel into the next layer's and keep fp32 between them,
+as it does for any producer and consumer; a folded cat rounds as stock's store would: ``lowering/precision.py``).
 """
 
 import functools
