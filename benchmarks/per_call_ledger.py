@@ -17,7 +17,11 @@ drift during the run cancels in each round's ratio where it would not in a ratio
 
 And, as a fourth variant, **nothing**: the same function through Dynamo and AOTAutograd, whose compiled graph
 returns tensors made before (no Inductor: no assert, allocation or launch). What it costs is paid by every compiled
-call of these inputs and outputs, stock's and optimus_ir's alike.
+call of these inputs and outputs, stock's and optimus_ir's alike. And a fifth, **fresh outputs**: the same, but the
+compiled graph makes new output tensors each call, as cheaply as optimus_ir's wrapper makes them (one allocation
+split into tensors), and they are freed when the next call replaces them: the least any compiled call that returns
+these outputs costs, kernel or not. ``stock / this`` on its row is the most any kernel-level rewrite can gain
+per call over stock.
 
     python benchmarks/per_call_ledger.py --out DIR [--only tanh layer_norm] [--rounds 7]
 """
@@ -39,6 +43,8 @@ from torch._dynamo.backends.common import aot_autograd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import WORKLOADS  # noqa: E402
 from host_overhead import host_us_per_call, inductor_call_us_per_call  # noqa: E402
+from optimus_ir.runtime import tensors_of  # noqa: E402
+
 from measure import (  # noqa: E402
     VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results,
 )
@@ -53,6 +59,7 @@ COMPILED = [
     ("optimus_ir, reduce-overhead", _BY_NAME["optimus_ir"], {"mode": "reduce-overhead"}),
 ]
 NOTHING = "nothing (Dynamo + AOTAutograd only)"
+FRESH = "fresh outputs, no kernel (Dynamo + AOTAutograd + making and freeing the outputs)"
 
 
 def own_copy(fn: Callable, tag: str) -> Callable:
@@ -76,6 +83,41 @@ def compiled_nothing(fn: Callable, outputs: list[torch.Tensor]) -> Callable:
     return torch.compile(own_copy(fn, "nothing"), backend=aot_autograd(fw_compiler=compiler), dynamic=False)
 
 
+def fresh_like(outputs: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+    """A maker of new tensors shaped as ``outputs``, as cheaply as optimus_ir's wrapper makes outputs: one
+    allocation split below autograd's view tracking (``runtime.tensors_of``) where they differ at most in their row
+    counts, else one allocation each (as stock's wrapper)."""
+    first = outputs[0]
+    alike = all(o.dtype == first.dtype and o.device == first.device and o.is_contiguous() for o in outputs)
+    if alike and first.dim() == 0 and all(o.dim() == 0 for o in outputs):
+        def each_0d() -> list[torch.Tensor]:
+            with torch._C._AutoDispatchBelowADInplaceOrView():
+                return list(torch.empty(len(outputs), dtype=first.dtype, device=first.device).unbind(0))
+
+        return each_0d
+    if alike and first.dim() > 0 and all(o.dim() > 0 and o.shape[1:] == first.shape[1:] for o in outputs):
+        rows = tuple(o.shape[0] for o in outputs)
+        shape = (sum(rows), *first.shape[1:])
+        return lambda: list(tensors_of(torch.empty(shape, dtype=first.dtype, device=first.device), rows))
+    return lambda: [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device) for o in outputs]
+
+
+def compiled_fresh_outputs(fn: Callable, outputs: list[torch.Tensor]) -> Callable:
+    """``fn`` through Dynamo and AOTAutograd with a compiled graph that makes new tensors like ``outputs`` and launches
+    nothing: what any compiled call that returns these outputs costs before its first kernel (:func:`fresh_like`)."""
+    make = fresh_like(outputs)
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        def run(args: list[Any]) -> list[torch.Tensor]:
+            args.clear()
+            return make()
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    return torch.compile(own_copy(fn, "fresh"), backend=aot_autograd(fw_compiler=compiler), dynamic=False)
+
+
 def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int) -> list[dict[str, Any]]:
     expected = fn(*inputs)
     calls: dict[str, Callable[[], Any]] = {}
@@ -90,6 +132,9 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
     nothing = compiled_nothing(fn, list(expected))
     nothing(*inputs)
     calls[NOTHING] = lambda: nothing(*inputs)
+    fresh = compiled_fresh_outputs(fn, list(expected))
+    fresh(*inputs)
+    calls[FRESH] = lambda: fresh(*inputs)
     names = list(calls)
     measured: dict[str, dict[str, list[float]]] = {n: {"ms": [], "host": [], "inductor": []} for n in names}
     frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
