@@ -27,7 +27,10 @@ from torch._inductor.output_code import CompiledFxGraph  # noqa: E402
 
 from optimus_ir.runtime import MemberTable  # noqa: E402
 
-CASES = [Case(name, "small", "fp32", "inference") for name in ("multitask", "tanh_storm", "dlrm", "gelu_storm")]
+CASES = [
+    Case(name, "small", "fp32", "inference")
+    for name in ("multitask", "tanh_storm", "dlrm", "gelu_storm", "layernorm_storm", "rowsum_storm")
+]
 WARMUP, CALLS = 20, 300
 
 
@@ -89,7 +92,7 @@ def main() -> None:
                     us = host_us_per_call(call)
                 inside_us = inductor_call_us_per_call(call)
                 if args.profile and variant.name == "optimus_ir":
-                    cProfile.runctx("host_us_per_call(call, 100)", globals(), {"call": call}, sort="tottime")
+                    cProfile.runctx("host_us_per_call(call, 1000)", globals(), {"call": call}, sort="tottime")
             rows.append({
                 "workload": case.workload, "variant": variant.name, "host us/call": round(us, 1),
                 "in Inductor's call us": round(inside_us, 1),

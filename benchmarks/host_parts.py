@@ -3,9 +3,10 @@ needed; the steps are host work either way): Inductor's own per-input asserts an
 them too), the output allocation split into 128 views (autograd views, as until the ninth session, and tensors of
 their own to autograd, ``runtime.tensors_of``, as now), and the member table's lookup by addresses (given each
 output view, as until the eighth session, and given their one allocation, as now), and the inputs' asserts as
-optimus_ir's wrapper makes them (``InputAssertsToOneCheck``: one ``InputChecks.check`` call).
+optimus_ir's wrapper makes them (``InputAssertsToOneCheck``: one ``InputChecks.check`` call). ``--device cuda``
+times the same steps on CUDA tensors (the host work differs by device: the tensors' checks, their allocation).
 
-    python benchmarks/host_parts.py --out DIR
+    python benchmarks/host_parts.py --out DIR [--device cuda]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import timeit
 from pathlib import Path
 
 import torch
+from torch._C._dynamo.guards import _empty_strided_cuda as empty_strided_cuda
 from torch._C._dynamo.guards import assert_size_stride
 from torch._inductor.utils import copy_misaligned_inputs
 
@@ -35,9 +37,10 @@ def _us(fn, number: int = 500) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    inputs = [torch.empty(ROWS, WIDTH) for _ in range(MEMBERS)]
-    whole = torch.empty(MEMBERS, ROWS, WIDTH)
+    inputs = [torch.empty(ROWS, WIDTH, device=args.device) for _ in range(MEMBERS)]
+    whole = torch.empty(MEMBERS, ROWS, WIDTH, device=args.device)
     outputs = whole.unbind(0)
     rows_of_all = whole.view(MEMBERS * ROWS, WIDTH)  # the allocation as the wrapper makes it
     numel = ROWS * WIDTH
@@ -66,9 +69,24 @@ def main() -> None:
             *inputs, whole
         ),
     }
+    if whole.is_cuda:  # the wrapper's lines around its launches, and freeing what a call returns
+        device = whole.device.index
+
+        def device_lines() -> None:
+            with torch.cuda._DeviceGuard(device):
+                torch.cuda.set_device(device)
+                torch._C._cuda_getCurrentRawStream(device)
+
+        steps["the wrapper's device guard, set_device and stream (stock too)"] = device_lines
+        steps["one allocation of all 128 outputs (empty_strided_cuda)"] = lambda: empty_strided_cuda(
+            (MEMBERS * ROWS, WIDTH), (WIDTH, 1), torch.float32
+        )
+        steps["128 allocations, one per output, as stock's wrapper (empty_strided_cuda)"] = lambda: [
+            empty_strided_cuda((ROWS, WIDTH), (WIDTH, 1), torch.float32) for _ in range(MEMBERS)
+        ]
     rows = [{"step": name, "us per call": round(_us(fn), 1)} for name, fn in steps.items()]
-    meta = header(" ".join(sys.argv)) | {"cpu": platform.processor() or platform.machine()}
-    write_results(args.out, "host_parts_cpu", meta, rows, ["step", "us per call"])
+    meta = header(" ".join(sys.argv)) | {"cpu": platform.processor() or platform.machine(), "tensors on": args.device}
+    write_results(args.out, f"host_parts_{args.device.split(':')[0]}", meta, rows, ["step", "us per call"])
 
 
 if __name__ == "__main__":
