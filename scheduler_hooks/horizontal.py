@@ -1070,7 +1070,6 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
                 node.mark_run()
     backend.codegen_comment(schedule, kernel_name)
     kernel.call_kernel(kernel_name)
-    RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors_after_launch()
     # what the kernel found it needs not write for its member (buffers used only inside it), for every member
     for structure in structures[1:]:
         rename = dict(zip(structures[0].slots, structure.slots))
@@ -1332,8 +1331,6 @@ class RegionsOfAllocations:
         self.done: OrderedSet[str] = OrderedSet()
         #: allocations whose names the code still holds
         self.alive: OrderedSet[str] = OrderedSet()
-        #: allocations just made whose regions become tensors once the kernel that writes them is launched
-        self.after_launch: list[str] = []
 
     @classmethod
     def of(cls, wrapper: Any) -> RegionsOfAllocations:
@@ -1346,8 +1343,7 @@ class RegionsOfAllocations:
 
     def add(self, storage: str, allocation: OneAllocation, function: str, make_tensors: str, as_tensors: bool) -> None:
         """Register ``allocation`` (just allocated as ``storage``); ``make_tensors`` is the line that makes its
-        regions tensors by ``function``, written after the launch of the kernel that writes them where
-        ``as_tensors`` (:meth:`make_tensors_after_launch`)."""
+        regions tensors by ``function``, written now where ``as_tensors``."""
         V.graph.never_reuse_buffers.update(allocation.names)
         self.wrapper.allocated.update(allocation.names)
         self.storage_of.update(dict.fromkeys(allocation.names, storage))
@@ -1355,16 +1351,7 @@ class RegionsOfAllocations:
         self.not_tensors[storage] = (function, make_tensors)
         self.alive.add(storage)
         if as_tensors:
-            self.after_launch.append(storage)
-
-    def make_tensors_after_launch(self) -> None:
-        """After the launch of the kernel that writes them: make the regions of the allocations just made that code
-        needs as tensors. The kernel's table was given each allocation, so the GPU runs the kernel while the host
-        makes the tensors (128 outputs: 55-60 µs of host time on the H200's, about the GPU time of 128 tanh of
-        [256, 512] fp32), where a split before the launch came before the kernel as well."""
-        for storage in self.after_launch:
-            self._make_tensors(storage, keep_storage=False)
-        self.after_launch.clear()
+            self._make_tensors(storage, keep_storage=True)
 
     def one_tensor(self, names: list[str]) -> tuple[str, dict[str, int]] | None:
         """Where ``names`` are all regions of one allocation: a tensor that a member table can be given instead of
