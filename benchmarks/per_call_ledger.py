@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
+from optimus_ir.runtime import tensors_of
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import WORKLOADS  # noqa: E402
 from host_overhead import host_us_per_call, inductor_call_us_per_call  # noqa: E402
-from optimus_ir.runtime import tensors_of  # noqa: E402
-
 from measure import (  # noqa: E402
     VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results,
 )

@@ -133,7 +133,6 @@ class _ReadThroughFolds(WrapperHandler):
         return self._inner.load(name, index)
 
 
-
 @dataclasses.dataclass
 class _Progression:
     """Pieces with one body and size whose output offsets and index expressions all grow by a constant step
