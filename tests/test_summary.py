@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -60,3 +61,23 @@ def test_the_benchmarks_count_member_table_writes_through_a_method_the_table_has
         table(a, b)
         table(b, a)
     assert writes.call_count == 2
+
+
+@pytest.mark.parametrize(
+    "shapes", [[(4, 3)] * 5, [(2 + i, 3) for i in range(5)], [()] * 5, [(3, 2), (5,), ()]],
+    ids=["same shape", "rows of different counts", "0-d", "unalike"],
+)
+def test_the_ledgers_floor_makes_new_outputs_every_call_and_runs_nothing_else(shapes):
+    """per_call_ledger.py's fresh-outputs variant: each call returns new tensors shaped as the function's outputs
+    (the last call's are not reused), whatever the inputs hold."""
+    import per_call_ledger
+
+    def fn(*xs):
+        return [x * 2 for x in xs]
+
+    inputs = [torch.randn(shape) for shape in shapes]
+    fresh = per_call_ledger.compiled_fresh_outputs(fn, fn(*inputs))
+    first, second = fresh(*inputs), fresh(*inputs)
+    assert [tuple(t.shape) for t in first] == [tuple(t.shape) for t in second] == [tuple(s) for s in shapes]
+    assert not {t.data_ptr() for t in first if t.numel()} & {t.data_ptr() for t in second if t.numel()}
+    assert not any(t._is_view() for t in first)
