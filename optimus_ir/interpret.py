@@ -178,7 +178,7 @@ def _cast_impl(self, src, dst_type):
         other.is_floating() or other.is_int_signed()
     ):
         return _stock_cast_impl(self, src, dst_type)
-    data = torch.from_numpy(src.data)
+    data = torch.from_numpy(np.require(src.data, requirements="W"))  # torch warns on read-only arrays
     if dst_scalar == tl.bfloat16:
         result = data.to(torch.bfloat16).view(torch.uint16).numpy()
     else:  # bf16 -> fp32 is exact; numpy casts on from there
