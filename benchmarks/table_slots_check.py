@@ -8,7 +8,9 @@ one compiled function (12 tanh members of 7 row counts, its forward and backward
 slots, each call with new tensors at new addresses, without synchronizing between calls, and checks every call's
 outputs and gradients against eager. Scenarios: all calls on the default stream; calls alternating between two
 streams (a slot last read on the other stream); the forward captured in a CUDA graph and replayed with new data
-(the table filled outside the graph: no copy in a replay); inputs at addresses that are not 16-byte aligned,
+(the table filled outside the graph: no copy in a replay); calls from several threads at once, on the default
+stream or each thread on a stream of its own (one thread's miss may not rewrite a table another thread's call
+has looked up and not launched yet); inputs at addresses that are not 16-byte aligned,
 which the kernel takes as aligned (its table copies them: Inductor's own check before the call is left out for
 inputs only tables read), called and captured in a CUDA graph; and the peak memory of a warm call against stock
 Inductor's. Last, the host time of one table lookup that hits and of one that misses, for tables of 8 to 256
@@ -18,6 +20,7 @@ tensors.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from optimus_ir.runtime import MemberTable  # noqa: E402
 
 ROWS = (64, 64, 128, 256, 512, 1024, 2048, 64, 128, 256, 512, 1024)
 CALLS = 64  # four times the slots of a table (cache_size=16)
+THREADS = 8
 
 
 def fn(*xs: torch.Tensor) -> list[torch.Tensor]:
@@ -69,6 +73,48 @@ def run_calls(compiled, streams: list[torch.cuda.Stream]) -> tuple[int, float]:
         diffs += [(a - x.grad).abs().max().item() for a, x in zip(grads, inputs)]
         worst = max(worst, *diffs)
         mismatches += any(d > 1e-5 for d in diffs)
+    return mismatches, worst
+
+
+def threads_calls(threads: int, calls: int, own_streams: bool) -> tuple[int, float]:
+    """The inference graph compiled once, then called ``calls`` times by each of ``threads`` threads at once, each
+    call with new inputs (kept with its outputs, so that no two calls share addresses and nearly every call misses
+    its table), on the default stream or on a stream of each thread's own: the calls whose outputs differ from
+    eager's, and the largest absolute difference."""
+    compiled = torch.compile(fn)
+    with torch.no_grad():
+        compiled(*[x.detach() for x in new_inputs(0)])
+    torch.cuda.synchronize()
+    start = threading.Barrier(threads)
+    results: list[list[tuple[int, list[torch.Tensor]]]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+
+    def work(thread: int) -> None:
+        try:
+            stream = torch.cuda.Stream() if own_streams else torch.cuda.default_stream()
+            start.wait()
+            with torch.no_grad(), torch.cuda.stream(stream):
+                for call in range(calls):
+                    step = 1 + thread * calls + call
+                    results[thread].append((step, compiled(*[x.detach() for x in new_inputs(step)])))
+            stream.synchronize()
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    torch.cuda.synchronize()
+    mismatches, worst = 0, 0.0
+    with torch.no_grad():
+        for step, outputs in [result for thread in results for result in thread]:
+            diffs = [(a - e).abs().max().item() for a, e in zip(outputs, fn(*new_inputs(step)))]
+            worst = max(worst, *diffs)
+            mismatches += any(d > 1e-5 for d in diffs)
     return mismatches, worst
 
 
@@ -195,6 +241,16 @@ def main() -> None:
         rows.append({"scenario": name, "calls": CALLS, "merges fired": fired, "mismatched calls": mismatches,
                      "max abs diff": worst})
         print(rows[-1], flush=True)
+    for own_streams in (False, True):
+        for passes in ("all", None):  # stock Inductor too: the harness's own check
+            with cold_compile(), optimus_ir.enabled(passes), recording() as records:
+                mismatches, worst = threads_calls(THREADS, CALLS, own_streams)
+            where = "a stream each" if own_streams else "the default stream"
+            rows.append({"scenario": f"{THREADS} threads at once, {CALLS} calls each, on {where}"
+                         + ("" if passes else " (stock Inductor)"), "calls": THREADS * CALLS,
+                         "merges fired": merges(records) if passes else "", "mismatched calls": mismatches,
+                         "max abs diff": worst})
+            print(rows[-1], flush=True)
     with cold_compile(), optimus_ir.enabled(), recording() as records:
         mismatches, worst, copies = graph_replays()
     rows.append({"scenario": "CUDA graph (global capture mode), replays with new data", "calls": 8,

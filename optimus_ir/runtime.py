@@ -23,9 +23,14 @@ The addresses change only when the tensors do, so tables are cached by the addre
 its kernel takes as 16-byte aligned are (``aligned``), where Inductor's check before each call is left out for them
 (``InputAlignmentCheckedByMemberTables``), and copies one that is not, for that call. Where they change every call (a training
 step's activations and gradients can take new addresses each step), a miss rewrites the slot of the least recently
-used table: its row of one page-locked host buffer (once the copy that last read that row is done: an event), then
-its device table, by an asynchronous copy queued behind the kernels that read the old table. Once the cache is
+used table: the next row of one page-locked host buffer (once the copy that last read that row is done: an event),
+then its device table, by an asynchronous copy queued behind the kernels that read the old table. Once the cache is
 full a miss allocates nothing, on the device or the host, so steady-state calls hold no memory stock's do not.
+
+Threads: each thread that calls a compiled graph has table slots of its own (``_ThreadSlots``), so one thread's miss
+never rewrites a table that another thread's call has looked up and not launched yet (nor two threads' misses the
+same new slot: on the H200 that raised IndexError in 8 threads calling one graph). The page-locked rows are the
+table's, taken in turn by every thread's misses under a lock: a thread's end leaves no page-locked memory behind.
 
 CUDA graphs: a graph's addresses are those of its capture (a graph is replayed with new data copied into its own
 input buffers), so a table made while a graph is captured is one of a few device buffers made outside any capture
@@ -230,8 +235,19 @@ class InputChecks:
             self.check = _TensorGuards(*inputs, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
 
 
+class _ThreadSlots(threading.local):
+    """The tables of one :class:`MemberTable` that one thread's calls made, cached by their addresses."""
+
+    def __init__(self) -> None:
+        #: addresses (and device, numels) -> the slot of their table; slots 0 .. len - 1 are in use
+        self.recent: collections.OrderedDict[tuple[object, ...], int] = collections.OrderedDict()
+        self.tables: list[torch.Tensor] = []
+        self.streams: list[torch.cuda.Stream | None] = []  # on a GPU: the stream of each slot's last copy
+
+
 class MemberTable:
-    """The member table of one shared-body kernel: its constant part, and a cache of full tables by addresses."""
+    """The member table of one shared-body kernel: its constant part, and a cache of full tables by addresses
+    (per thread)."""
 
     def __init__(
         self,
@@ -268,13 +284,13 @@ class MemberTable:
         self.capture_buffers = capture_buffers
         #: the compile uses cudagraph trees: tensors are made on a helper thread (see the module docstring)
         self.outside_graph_pools = outside_graph_pools
-        #: addresses (and device, numels) -> the slot of their table; slots 0 .. len - 1 are in use
-        self._recent: collections.OrderedDict[tuple[object, ...], int] = collections.OrderedDict()
-        self._tables: list[torch.Tensor] = []
-        #: on a GPU: the page-locked rows the tables are copied from, and per slot the event of its last copy
+        self._slots = _ThreadSlots()
+        #: on a GPU: the page-locked rows the tables are copied from, taken in turn (``_next_row``), and per row
+        #: the event of its last copy; they and the capture buffers are shared by the threads (``_lock``)
         self._host: torch.Tensor | None = None
         self._copied: list[torch.cuda.Event] = []
-        self._streams: list[torch.cuda.Stream | None] = []  # the stream of each slot's last copy
+        self._next_row = 0
+        self._lock = threading.Lock()
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
@@ -294,27 +310,32 @@ class MemberTable:
         key = (device, numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if device.type == "cuda":
             if self._unused_capture_buffers is None:
-                self._make_capture_buffers(device, len(self._constant_for(numels)) + self._addresses(len(tensors)))
+                with self._lock:
+                    if self._unused_capture_buffers is None:
+                        size = len(self._constant_for(numels)) + self._addresses(len(tensors))
+                        self._make_capture_buffers(device, size)
             if torch.cuda.is_current_stream_capturing():
-                return self._for_capture(key, tensors)
-        slot = self._recent.get(key)
+                with self._lock:
+                    return self._for_capture(key, tensors)
+        slots = self._slots
+        slot = slots.recent.get(key)
         if slot is not None:
-            self._recent.move_to_end(key)
-            return self._tables[slot]
+            slots.recent.move_to_end(key)
+            return slots.tables[slot]
         copies = self._aligned_copies(tensors, key)
         addresses = key[2:] if copies is None else tuple(map(_data_ptr, copies))
-        slot = self._free_slot()
-        self._write(slot, [*self._constant_for(numels), *self._shifted(addresses)], device)
+        slot = self._free_slot(slots)
+        self._write(slots, slot, [*self._constant_for(numels), *self._shifted(addresses)], device)
         if copies is not None:  # this call's alone: not cached
-            return self._holding(self._tables[slot], copies)
-        self._recent[key] = slot
-        return self._tables[slot]
+            return self._holding(slots.tables[slot], copies)
+        slots.recent[key] = slot
+        return slots.tables[slot]
 
-    def _free_slot(self) -> int:
+    def _free_slot(self, slots: _ThreadSlots) -> int:
         """A slot for a new table: the next unused one, else the least recently used one's (forgotten)."""
-        if len(self._recent) < self.cache_size:
-            return len(self._recent)
-        return self._recent.popitem(last=False)[1]
+        if len(slots.recent) < self.cache_size:
+            return len(slots.recent)
+        return slots.recent.popitem(last=False)[1]
 
     def _aligned_copies(self, tensors: tuple[torch.Tensor, ...], key: tuple[object, ...]) -> list[torch.Tensor] | None:
         """``tensors`` with each ``aligned`` one whose address is not aligned replaced by an aligned copy; None
@@ -340,32 +361,35 @@ class MemberTable:
         padded = [-(-n // self.align) * self.align for n in numels]
         return self._constant([0, *itertools.accumulate(padded[:-1])], list(numels))
 
-    def _write(self, slot: int, values: list[int], device: torch.device) -> None:
-        """Make ``values`` the table of ``slot`` (a new slot where ``slot`` is the number of slots so far)."""
+    def _write(self, slots: _ThreadSlots, slot: int, values: list[int], device: torch.device) -> None:
+        """Make ``values`` the table of this thread's ``slot`` (a new slot where ``slot`` is the number of its slots
+        so far)."""
         if device.type == "cpu" or self.outside_graph_pools:
             # explicit device: under cudagraph trees (and `with torch.device(...)`) the default device may be cuda
             table = torch.tensor(values, dtype=torch.int64, device="cpu")
             if device.type != "cpu":
                 table = _on_helper_thread(lambda: table.to(device))  # pageable memory: done when it returns
-            self._tables[slot : slot + 1] = [table]
+            slots.tables[slot : slot + 1] = [table]
             return
-        if self._host is None:
-            self._host = _registered_host_buffer(self.cache_size * len(values)).view(self.cache_size, len(values))
-        if slot == len(self._tables):
-            self._tables.append(torch.empty(len(values), dtype=torch.int64, device=device))
-            self._copied.append(torch.cuda.Event())
-            self._streams.append(None)
-        host, copied = self._host[slot], self._copied[slot]
-        copied.synchronize()  # the copy that last read this row (at once where there was none)
-        packed = array.array("q", values)
-        ctypes.memmove(host.data_ptr(), packed.buffer_info()[0], len(values) * packed.itemsize)
+        if slot == len(slots.tables):
+            slots.tables.append(torch.empty(len(values), dtype=torch.int64, device=device))
+            slots.streams.append(None)
         stream = torch.cuda.current_stream(device)
-        if self._streams[slot] not in (None, stream):
-            stream.wait_stream(self._streams[slot])  # its kernels that read this slot's last table
-        # asynchronous (the row is page-locked), and queued behind the kernels that read this slot's last table
-        self._tables[slot].copy_(host, non_blocking=True)
-        copied.record(stream)
-        self._streams[slot] = stream
+        if slots.streams[slot] not in (None, stream):
+            stream.wait_stream(slots.streams[slot])  # its kernels that read this slot's last table
+        packed = array.array("q", values)
+        with self._lock:
+            if self._host is None:
+                self._host = _registered_host_buffer(self.cache_size * len(values)).view(self.cache_size, len(values))
+                self._copied = [torch.cuda.Event() for _ in range(self.cache_size)]
+            row, self._next_row = self._next_row, (self._next_row + 1) % self.cache_size
+            host, copied = self._host[row], self._copied[row]
+            copied.synchronize()  # the copy that last read this row (at once where there was none)
+            ctypes.memmove(host.data_ptr(), packed.buffer_info()[0], len(values) * packed.itemsize)
+            # asynchronous (the row is page-locked), and queued behind the kernels that read this slot's last table
+            slots.tables[slot].copy_(host, non_blocking=True)
+            copied.record(stream)
+        slots.streams[slot] = stream
 
     def _addresses(self, tensors: int) -> int:
         """How many addresses the table holds for a call given ``tensors`` tensors."""

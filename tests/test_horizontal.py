@@ -875,9 +875,9 @@ def test_member_table_is_cached_by_addresses():
 def test_member_table_misses_rewrite_the_least_recently_used_slot_and_allocate_nothing_once_full():
     """A training step's tensors take new addresses each step (H200, ``table_misses.md``: every table of the
     layer-norm storm's step, and 11 of the DLRM step's 25, miss on most calls): a miss rewrites the slot of the least
-    recently used table, its page-locked row once the copy that last read it is done, its device table by a copy
-    queued behind the kernels that read it (on another stream: after that stream's work). No allocation, device or
-    page-locked, once every slot exists."""
+    recently used table, the next page-locked row once the copy that last read it is done, its device table by a
+    copy queued behind the kernels that read it (on another stream: after that stream's work). No allocation, device
+    or page-locked, once every slot exists."""
 
     class Log:
         def __init__(self):
@@ -917,11 +917,31 @@ def test_member_table_misses_rewrite_the_least_recently_used_slot_and_allocate_n
         ca = table(c, a)  # a miss: rewrites (b, c)'s slot
         assert ca is bc and table(c, a) is ca
         assert table(a, c) is ab  # on stream s1: after s0's kernels that read (a, b)'s table
-    assert registered == [2 * 6] and len(table._tables) == 2  # one page-locked buffer, one device table per slot
-    assert table._host.tolist() == [[0, 1024, 10, 20, 1, 3], [0, 1024, 10, 20, 3, 1]]
-    assert table._copied[1].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s0")]
-    assert table._copied[0].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s1")]
+    assert registered == [2 * 6] and len(table._slots.tables) == 2  # one page-locked buffer, a device table per slot
+    assert table._host.tolist() == [[0, 1024, 10, 20, 3, 1], [0, 1024, 10, 20, 1, 3]]  # rows in turn: ab ca, bc ac
+    assert table._copied[0].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s0")]
+    assert table._copied[1].log == ["synchronize", ("record", "s0"), "synchronize", ("record", "s1")]
     assert side.log == [("wait", "s0")]
+
+
+def test_member_tables_of_one_thread_are_never_rewritten_by_another_threads_misses():
+    """A thread's call looks its table up, then launches the kernel that reads it: another thread's miss in between
+    may not rewrite that table. Each thread has slots of its own: here one slot each, and the other thread's calls
+    all miss."""
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, cache_size=1)
+    a, b = torch.zeros(1), torch.zeros(1)
+    mine = table(a, b)
+    others: list[torch.Tensor] = []
+
+    def other_thread() -> None:
+        for _ in range(3):
+            others.append(table(*(torch.zeros(1) for _ in range(2))))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert table(a, b) is mine and mine.tolist() == [0, 1024, 10, 20, a.data_ptr(), b.data_ptr()]
+    assert all(other is not mine for other in others)
 
 
 @pytest.mark.parametrize("rows", [(3, 3, 3), (1, 2, 1000)])
@@ -981,8 +1001,8 @@ def test_member_table_outside_graph_pools_is_made_on_another_thread():
 
     table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2, outside_graph_pools=True)
     with mock.patch.object(torch.Tensor, "to", to):
-        table._write(0, [*table.constant, 1, 2], torch.device("meta"))
-    assert made_on == ["optimus_ir-member-table"] and table._tables[0].device.type == "meta"
+        table._write(table._slots, 0, [*table.constant, 1, 2], torch.device("meta"))
+    assert made_on == ["optimus_ir-member-table"] and table._slots.tables[0].device.type == "meta"
 
 
 @pytest.mark.parametrize("relaxed", [True, False], ids=["capture mode relaxed", "no driver library"])
