@@ -100,8 +100,9 @@ class Structure:
     #: a pointwise member of symbolic size (dynamic shapes): its numel as an expression of size symbols (``numel``
     #: is then its size hint, for the cost and memory estimates)
     numel_expr: sympy.Expr | None = None
-    #: the reduction extent (elements reduced per row; 1 for pointwise). Part of the key, except for reductions of
-    #: one row (a full sum, or a split reduction's second stage): members reducing different counts merge there
+    #: the reduction extent (elements reduced per row; 1 for pointwise; its size hint where symbolic). Part of the
+    #: key (a symbolic one as its expression), except for reductions of one row (a full sum, or a split reduction's
+    #: second stage): members reducing different counts merge there
     rnumel: int = 1
 
 
@@ -192,10 +193,13 @@ def structure_of(node: Any) -> Structure | str:
         iter_sizes, reduce_sizes = snode._sizes
         sizes = [*iter_sizes, *reduce_sizes]
         # symbolic sizes (dynamic shapes): pointwise nodes are compared over the flat index, whose expressions then
-        # name the size symbols they use (members merge only where those are the same symbols); row reductions
-        # only where the row count is the one symbolic size
+        # name the size symbols they use (members merge only where those are the same symbols); row reductions by
+        # their sizes but the row count, as expressions (a symbolic row length merges with the same symbol's);
+        # pointwise nodes that load an index only where the row count is the one symbolic size
         symbolic = not all(isinstance(s, (int, sympy.Integer)) for s in sizes)
-        if symbolic and not abstract and not all(isinstance(s, (int, sympy.Integer)) for s in sizes[1:]):
+        if symbolic and not abstract and not node.is_reduction() and not all(
+            isinstance(s, (int, sympy.Integer)) for s in sizes[1:]
+        ):
             return f"symbolic sizes: {snode.get_name()} has {sizes}"
         body = snode._body
         allowed = (SymT.INDIRECT, SymT.SIZE, SymT.PRECOMPUTED_SIZE) if symbolic else (SymT.INDIRECT,)
@@ -265,8 +269,8 @@ def structure_of(node: Any) -> Structure | str:
         parts.append(
             (
                 "reduction" if snode.is_reduction() else "pointwise",
-                () if not snode.is_reduction() else tuple(int(s) for s in iter_sizes[1:]),
-                len(reduce_sizes) if one_row else tuple(int(s) for s in reduce_sizes),
+                () if not snode.is_reduction() else tuple(sympy.sympify(s) for s in iter_sizes[1:]),
+                len(reduce_sizes) if one_row else tuple(sympy.sympify(s) for s in reduce_sizes),
                 graphs,
                 tuple((slot_of.get(name), removable, slot_of[real]) for name, removable, real in written),
             )
@@ -276,10 +280,16 @@ def structure_of(node: Any) -> Structure | str:
     numel_expr = None
     if not isinstance(numel, (int, sympy.Integer)):
         numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
+    rnumel_expr = None
     if not isinstance(rnumel, (int, sympy.Integer)):
-        return f"symbolic sizes: extent {numel} x {rnumel}"
+        if one_row:  # (members of different lengths read theirs from the table: a number, not a symbol)
+            return f"symbolic sizes: one row of symbolic length {rnumel}"
+        rnumel_expr, rnumel = rnumel, V.graph.sizevars.size_hint(rnumel)
     numbers = tuple(sorted((slot_of[name], name) for name in by_value))
-    extent = "one row, any length" if one_row and rnumel != 1 else int(rnumel)
+    if one_row and rnumel != 1:
+        extent: object = "one row, any length"
+    else:
+        extent = int(rnumel) if rnumel_expr is None else rnumel_expr
     key = (str(node.get_device()), extent, dtypes, tuple(parts), numel_expr is not None, numbers)
     in_place = any(real != name for *_, written in traced for name, _, real in written)
     return Structure(
