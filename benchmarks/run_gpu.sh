@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU box runs for optimus_ir, in one call: install, then the parts asked for (default: all of them).
 #   bash benchmarks/run_gpu.sh OUT_DIR [PARTS] [SUITE_ARGS...]
-# PARTS is a comma list of: check (virtual-vs-real kernels + numerics; member tables under moving addresses; mixed devices; random storms and split/cat chains), splitcat (split/cat storms), horizontal
+# PARTS is a comma list of: check (virtual-vs-real kernels + numerics; member tables under moving addresses and threads; mixed devices; every torch.compile mode; random storms and split/cat chains), splitcat (split/cat storms), horizontal
 # (N-identical-op storms, CUDA graphs, dynamic shapes), host (host time per call; the per-call ledger of the storms), real (real models), suite (the workload suite, benchmarks/suite.py; quick plan unless SUITE_ARGS say otherwise), e.g.
 #   bash benchmarks/run_gpu.sh /root/out suite
 #   bash benchmarks/run_gpu.sh /root/out suite --plan full --only dlrm multitask
@@ -22,6 +22,7 @@ status=0
 [[ $parts == *,check,* ]] && { python3 benchmarks/gpu_check.py --out "$out" || status=1; }
 [[ $parts == *,check,* ]] && { python3 benchmarks/table_slots_check.py --out "$out" || status=1; }
 [[ $parts == *,check,* ]] && { python3 benchmarks/mixed_devices_check.py --out "$out" || status=1; }
+[[ $parts == *,check,* ]] && { python3 benchmarks/modes_check.py --out "$out" || status=1; }
 [[ $parts == *,check,* ]] && { python3 benchmarks/random_storms_check.py --out "$out" || status=1; }
 [[ $parts == *,check,* ]] && { python3 benchmarks/random_chains_check.py --out "$out" || status=1; }
 [[ $parts == *,splitcat,* ]] && { python3 benchmarks/split_cat_bench.py --out "$out" || status=1; }
