@@ -280,21 +280,16 @@ def structure_of(node: Any) -> Structure | str:
     numel_expr = None
     if not isinstance(numel, (int, sympy.Integer)):
         numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
-    rnumel_expr = None
-    if not isinstance(rnumel, (int, sympy.Integer)):
-        if one_row:  # (members of different lengths read theirs from the table: a number, not a symbol)
-            return f"symbolic sizes: one row of symbolic length {rnumel}"
-        rnumel_expr, rnumel = rnumel, V.graph.sizevars.size_hint(rnumel)
+    if one_row and not isinstance(rnumel, (int, sympy.Integer)):
+        # (members of different lengths read theirs from the table: a number, not a symbol)
+        return f"symbolic sizes: one row of symbolic length {rnumel}"
     numbers = tuple(sorted((slot_of[name], name) for name in by_value))
-    if one_row and rnumel != 1:
-        extent: object = "one row, any length"
-    else:
-        extent = int(rnumel) if rnumel_expr is None else rnumel_expr
+    extent = "one row, any length" if one_row and rnumel != 1 else sympy.sympify(rnumel)
     key = (str(node.get_device()), extent, dtypes, tuple(parts), numel_expr is not None, numbers)
     in_place = any(real != name for *_, written in traced for name, _, real in written)
     return Structure(
         key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(divisors), tuple(flat_indices),
-        numel_expr, int(rnumel),
+        numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
     )
 
 
