@@ -1,8 +1,9 @@
 """Does GPU-less code generation (``optimus_ir.inspect.compile_report``, :mod:`optimus_ir.virtual_cuda`) give the
-training graphs that ``torch.compile`` gives? Both compile ``output_loss(model(x))`` of a workload, with stock
-Inductor and with optimus_ir; nothing runs.
+graphs that ``torch.compile`` gives? Both compile ``output_loss(model(*inputs))`` of a workload for training, or
+``model(*inputs)`` under ``torch.no_grad()`` for inference, with stock Inductor and with optimus_ir; nothing runs.
 
-    python benchmarks/virtual_vs_compile.py --out DIR CASE...   (CASE: workload/size, e.g. multitask/small)
+    python benchmarks/virtual_vs_compile.py --out DIR CASE...
+    (CASE: workload/size[/inference], e.g. multitask/small, dlrm/small/inference; training unless it says so)
 
 * ``torch.compile``: Dynamo, AOTAutograd and Inductor on the machine's device (CUDA where there is one; else the CPU
   with ``cpu_backend="triton"``), the backward compiled with the forward; the wrapper code is captured instead of
@@ -10,7 +11,8 @@ Inductor and with optimus_ir; nothing runs.
 * ``compile_report``: the same module through ``virtual_cuda`` on the virtual sm_90 device.
 
 For each graph: the launches of one call, the distinct kernels, how many of one's kernels the other defines with the
-same source, the pass's first estimate of the graph's peak memory, and its merges and rejections for memory.
+same source, the pass's first estimate of the graph's peak memory, and its merges and rejections for memory. Where
+the two flows' graphs differ, both wrappers are written to ``DIR/differing/``.
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ def first_peaks() -> Iterator[list[int]]:
         yield peaks
 
 
-def compiled(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], passes: str | None) -> list[GraphCode]:
-    """The forward and backward graphs ``torch.compile`` makes of ``module(*inputs)``, not run."""
+def compiled(
+    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], passes: str | None, names: list[str]
+) -> list[GraphCode]:
+    """The graphs (``names``: forward and backward, or inference) ``torch.compile`` makes of ``module(*inputs)``,
+    not run."""
     torch._dynamo.reset()
     on_cpu = inputs[0].device.type == "cpu"
     with (
@@ -78,6 +83,7 @@ def compiled(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], passes: 
         functorch_config.patch(enable_autograd_cache=False, force_non_lazy_backward_lowering=True),
         interpret._driver_for_codegen() if on_cpu else contextlib.nullcontext(),
         virtual_cuda._capture_wrapper_code() as wrappers,
+        torch.no_grad() if names == ["inference"] else contextlib.nullcontext(),
     ):
         try:
             torch.compile(module)(*inputs)
@@ -85,7 +91,7 @@ def compiled(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], passes: 
             if "not runnable" not in str(error):
                 raise
     torch._dynamo.reset()
-    return [parse_wrapper(normalize(code), name) for code, name in zip(wrappers, ["forward", "backward"], strict=True)]
+    return [parse_wrapper(normalize(code), name) for code, name in zip(wrappers, names, strict=True)]
 
 
 def memory_records(records: list[RewriteRecord]) -> tuple[int, int]:
@@ -102,21 +108,24 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = []
     for case in args.cases:
-        name, size = case.split("/")
+        name, size, *mode = case.split("/")
+        names = ["inference"] if mode == ["inference"] else ["forward", "backward"]
         model, inputs = WORKLOADS[name].make(size, device=device)
-        module = Loss(model)
+        # inference: parameters that do not require grad, in both flows (an op may trace to another one by it:
+        # ``_embedding_bag_forward_only`` for ``_embedding_bag``)
+        module = model.requires_grad_(False) if names == ["inference"] else Loss(model)
         module_on_cpu = copy.deepcopy(module).cpu()  # compile_report's tensors stand for CUDA tensors
         for passes in (None, "all"):
             results = {}
             for flow in ("torch.compile", "compile_report"):
                 with first_peaks() as peaks, recording() as records:
                     if flow == "torch.compile":
-                        graphs = compiled(module, inputs, passes)
+                        graphs = compiled(module, inputs, passes, names)
                     else:
                         cpu_inputs = tuple(x.cpu() for x in inputs)
                         graphs = report_for(module_on_cpu, cpu_inputs, passes=passes, virtual=True).graphs
                 results[flow] = graphs, peaks, memory_records(records)
-            for index, graph_name in enumerate(["forward", "backward"]):
+            for index, graph_name in enumerate(names):
                 real, virtual = (results[flow][0][index] for flow in ("torch.compile", "compile_report"))
                 real_sources = {k.source for k in real.kernels}
                 virtual_sources = {k.source for k in virtual.kernels}
@@ -126,6 +135,11 @@ def main() -> None:
                                            f"{len(virtual_sources)}",
                     "launches same order": real.launches == virtual.launches,
                 }
+                if real.launches != virtual.launches or real_sources != virtual_sources:  # to read the difference
+                    stem = f"{case.replace('/', '_')}_{passes or 'stock'}_{graph_name}"
+                    (args.out / "differing").mkdir(parents=True, exist_ok=True)
+                    (args.out / "differing" / f"{stem}_torch_compile.py").write_text(real.wrapper)
+                    (args.out / "differing" / f"{stem}_compile_report.py").write_text(virtual.wrapper)
                 for flow in ("torch.compile", "compile_report"):
                     graphs, peaks, (fired, rejected) = results[flow]
                     row[f"launches: {flow}"] = len(graphs[index].launches)
