@@ -22,7 +22,8 @@ How the pipeline differs from ``torch.compile``:
   Inductor's own ``partition_fn`` for training): device-dependent choices made
   while tracing or there are the CPU's (e.g. ``scaled_dot_product_attention``
   traces to its CPU kernel, ``pad_mm`` does not pad, tensor constants created
-  inside ``fn`` stay on the CPU).
+  inside ``fn`` stay on the CPU). A graph that calls ops with CPU kernels only
+  (that attention kernel) is compiled with a warning.
 * The graphs are then retargeted to ``cuda:0`` (device arguments, and example
   inputs with their sizes, strides, storage offsets and dtypes) and compiled
   with ``compile_fx_forward`` / ``compile_fx_backward`` around
@@ -47,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import types
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -400,6 +402,18 @@ def _parameters_and_buffers_static(
     return None, [i for i, desc in enumerate(full_args_descs) if isinstance(desc, ParamAOTInput | BufferAOTInput)]
 
 
+def _ops_without_cuda_kernels(gm: torch.fx.GraphModule) -> list[str]:
+    """The ATen ops ``gm`` calls that have a CPU kernel and no CUDA one, by name: what tracing on the CPU chose
+    where CUDA would choose another op (``scaled_dot_product_attention`` → the CPU's flash attention)."""
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = {
+        node.target.name()
+        for node in gm.graph.nodes
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+    }
+    return sorted(name for name in names if has_kernel(name, "CPU") and not has_kernel(name, "CUDA"))
+
+
 def _retarget(value: Any) -> Any:
     """``value`` with CPU devices replaced by ``cuda:0`` (for node arguments)."""
     if isinstance(value, torch.device) and value.type == "cpu":
@@ -555,6 +569,14 @@ def generate(
         ),
     ):
         graphs = _aot_graphs(module, example_inputs, training)
+        for graph in graphs:
+            if cpu_only := _ops_without_cuda_kernels(graph.gm):
+                warnings.warn(
+                    f"optimus_ir.virtual_cuda: the {graph.name} graph calls ops with CPU kernels only "
+                    f"({', '.join(cpu_only)}), as AOTAutograd traced it on the CPU. A GPU compile calls CUDA ops "
+                    "there, so its launches differ from these.",
+                    stacklevel=2,
+                )
         with (
             inductor_config.patch(
                 # No subprocess compiles kernels during code generation.

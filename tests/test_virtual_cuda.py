@@ -1,6 +1,7 @@
 """Tests for optimus_ir.virtual_cuda: CUDA (sm_90) Triton code without a GPU."""
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -193,3 +194,17 @@ def test_training_graphs_save_what_torch_compile_saves():
         virtual_cuda._FlatOutputs(model), (x,), training=True
     )
     assert backwards == [saved(virtual_backward.gm)]
+
+
+def test_ops_traced_for_the_cpu_only_are_named_in_a_warning():
+    # AOTAutograd traces on the CPU: attention becomes the CPU's flash-attention op, which a GPU compile never calls
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    inputs = tuple(torch.randn(2, 4, 16, 32) for _ in range(3))
+    cpu_only = r"inference graph calls ops with CPU kernels only \(aten::_scaled_dot_product_flash_attention_for_cpu\)"
+    with pytest.warns(UserWarning, match=cpu_only):
+        virtual_cuda.generate(attention, inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        virtual_cuda.generate(lambda x: torch.softmax(x, -1) @ x, (torch.randn(16, 16),))
