@@ -161,8 +161,8 @@ def test_global_inductor_config_and_custom_passes_are_used():
 def test_training_graphs_save_what_torch_compile_saves():
     # Under torch.compile a module's parameters are static inputs (Dynamo says so), which the partitioner saves for
     # the backward for free; the virtual flow has no Dynamo and says so itself. Without that, this model's backward
-    # read tensors of the same shapes, but 2 of torch.compile's 7 parameters were other saved tensors instead (the
-    # multi-task towers' backward then launched 296 kernels, against torch.compile's 158 on an H200).
+    # read tensors of the same shapes, but 2 of the 7 forward inputs torch.compile's reads (parameters, x) were other
+    # saved tensors instead (the multi-task towers' backward then launched 296 kernels, against 158 on an H200).
     from torch._dynamo.backends.common import aot_autograd
     from torch._inductor import compile_fx
     from torch._inductor.decomposition import select_decomp_table
@@ -176,8 +176,8 @@ def test_training_graphs_save_what_torch_compile_saves():
 
     def saved(gm):
         inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
-        parameters = [n for n in inputs if n.name.startswith("primals")]
-        return len(parameters), sorted(tuple(n.meta["val"].shape) for n in inputs)
+        forward_inputs = [n for n in inputs if n.name.startswith("primals")]
+        return len(forward_inputs), sorted(tuple(n.meta["val"].shape) for n in inputs)
 
     backwards = []
 
@@ -190,7 +190,7 @@ def test_training_graphs_save_what_torch_compile_saves():
                            partition_fn=compile_fx.partition_fn, decompositions=select_decomp_table())
     torch.compile(model, backend=backend)(x).sum().backward()
     torch._dynamo.reset()
-    (virtual_forward, virtual_backward) = virtual_cuda._aot_graphs(
+    _, virtual_backward = virtual_cuda._aot_graphs(
         virtual_cuda._FlatOutputs(model), (x,), training=True
     )
     assert backwards == [saved(virtual_backward.gm)]
