@@ -33,22 +33,13 @@ from torch._inductor.virtualized import V
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import header, write_results  # noqa: E402
-from workloads import WORKLOADS, output_loss  # noqa: E402
+from workloads import WORKLOADS, WithLoss  # noqa: E402
 
 from optimus_ir import interpret, switch, virtual_cuda  # noqa: E402
 from optimus_ir.codegen_text import GraphCode, normalize, parse_wrapper  # noqa: E402
 from optimus_ir.inspect import report_for  # noqa: E402
 from optimus_ir.registry import RewriteRecord, recording  # noqa: E402
 from optimus_ir.scheduler_hooks import horizontal  # noqa: E402
-
-
-class Loss(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return output_loss(self.model(*inputs))
 
 
 @contextlib.contextmanager
@@ -113,7 +104,7 @@ def main() -> None:
         model, inputs = WORKLOADS[name].make(size, device=device)
         # inference: parameters that do not require grad, in both flows (an op may trace to another one by it:
         # ``_embedding_bag_forward_only`` for ``_embedding_bag``)
-        module = model.requires_grad_(False) if names == ["inference"] else Loss(model)
+        module = model.requires_grad_(False) if names == ["inference"] else WithLoss(model)
         module_on_cpu = copy.deepcopy(module).cpu()  # compile_report's tensors stand for CUDA tensors
         for passes in (None, "all"):
             results = {}

@@ -437,6 +437,18 @@ def output_loss(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor
     return sum(o.float().square().mean() for o in outputs)
 
 
+class WithLoss(nn.Module):
+    """``model`` and :func:`output_loss` of its outputs as one module: what a training graph of the loss compiles
+    where a module is asked for (``compile_report`` takes the parameters of a module)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return output_loss(self.model(*inputs))
+
+
 def make_optimizer(model: nn.Module, lr: float = 1e-2) -> torch.optim.Optimizer:
     """SGD with momentum, one parameter at a time (``foreach=False``): the per-parameter update kernels are part
     of what a compiled step launches. Its state needs no step counter, so a step can be captured in a CUDA graph."""

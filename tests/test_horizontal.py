@@ -495,18 +495,10 @@ def test_a_merge_may_not_raise_what_is_live_across_an_aten_fallback():
     raised the peak, 165 → 171 MiB, ``suite_matrix_training_gpu0.md``). The estimated peak elsewhere does not
     change, so only the live bytes across the fallback tell."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from workloads import FusedQKVTransformer, output_loss
-
-    class WithLoss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = FusedQKVTransformer(seq_len=64, dim=64, heads=2, ffn_hidden=128, layers=2)
-
-        def forward(self, x):
-            return output_loss(self.model(x))
+    from workloads import FusedQKVTransformer, WithLoss
 
     torch.manual_seed(0)
-    module = WithLoss()
+    module = WithLoss(FusedQKVTransformer(seq_len=64, dim=64, heads=2, ffn_hidden=128, layers=2))
     (x,) = module.model.example_inputs(2, torch.float32, "cpu")
     report = compile_report(module, (x,))
     assert any("bytes across op" in r.detail for r in _rejected(report))
