@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from horizontal_bench import tanh_each  # noqa: E402
 from measure import gpu_check_out_dir, header, write_results  # noqa: E402
 
 import optimus_ir  # noqa: E402
@@ -60,10 +61,6 @@ def host_us_per_launch(launcher, args, kwargs) -> float:
         torch.cuda.synchronize()
         best = min(best, seconds / CALLS * 1e6)
     return best
-
-
-def tanh_each(*xs):
-    return [torch.tanh(x) for x in xs]
 
 
 def main() -> None:

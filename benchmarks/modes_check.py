@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from horizontal_bench import layer_norm_each, row_sum_each, tanh_each  # noqa: E402
 from measure import gpu_check_out_dir, header, kernels_per_call, max_rel_error, write_results  # noqa: E402
 
 import optimus_ir  # noqa: E402
@@ -47,19 +47,6 @@ def fresh_compile() -> Iterator[None]:
     with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=False):
         yield
     torch._dynamo.reset()
-
-
-def tanh_each(*xs):
-    return [torch.tanh(x) for x in xs]
-
-
-def layer_norm_each(*args):
-    n = len(args) // 3
-    return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(args[:n], args[n : 2 * n], args[2 * n :])]
-
-
-def row_sum_each(*xs):
-    return [x.sum(-1) for x in xs]
 
 
 def update_each(*args):
