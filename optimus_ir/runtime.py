@@ -55,6 +55,7 @@ import ctypes
 import functools
 import itertools
 import math
+import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -64,7 +65,9 @@ from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 from torch._C._dynamo.guards import assert_size_stride as _assert_size_stride
 from torch._inductor.utils import ALIGNMENT, clone_preserve_strides
 
-__all__ = ["InputChecks", "MemberTable", "tensors_of", "tensors_of_each_row", "tensors_of_padded_rows"]
+__all__ = [
+    "InputChecks", "MemberTable", "sole_holders", "tensors_of", "tensors_of_each_row", "tensors_of_padded_rows",
+]
 
 _INT64_MAX = 2**63 - 1
 _data_ptr = torch.Tensor.data_ptr
@@ -200,6 +203,46 @@ def tensors_of_each_row(whole: torch.Tensor, shape: tuple[int, ...]) -> tuple[to
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     with torch._C._AutoDispatchBelowADInplaceOrView():
         return whole.as_strided((whole.shape[0], *shape), (whole.stride(0), *strides)).unbind(0)
+
+
+def _holders(tensor: torch.Tensor) -> tuple[int, int, int, int]:
+    """What holds ``tensor`` and its storage, as seen from :func:`sole_holders`: the references to the Python
+    object, to its C++ tensor, to the Python object of its storage, and to the C++ storage."""
+    storage = tensor.untyped_storage()
+    return (
+        sys.getrefcount(tensor), tensor._use_count(), sys.getrefcount(storage),
+        torch._C._storage_Use_Count(storage._cdata),
+    )
+
+
+def _holders_in_a_call(*tensors: torch.Tensor) -> list[tuple[int, int, int, int]]:
+    return [_holders(tensor) for tensor in tensors]
+
+
+def _holders_as_sole_holders_sees_them(*tensors: torch.Tensor) -> tuple[int, int, int, int]:
+    return _holders_in_a_call(*tensors)[0]  # called as :func:`sole_holders` calls it
+
+
+def _holders_of_one_name() -> tuple[int, int, int, int]:
+    """:func:`_holders` of a tensor that nothing holds but one local name of its caller (a wrapper's, once its
+    ``args`` are cleared), passed the way :func:`sole_holders` passes it."""
+    tensor = torch.empty(1)
+    return _holders_as_sole_holders_sees_them(tensor)
+
+
+_SOLE = _holders_of_one_name()
+
+
+def sole_holders(*tensors: torch.Tensor) -> list[bool]:
+    """For each tensor, whether the caller's name for it is all that holds it and its memory: no other Python
+    reference, no other C++ tensor (a view, a tensor of the same storage, autograd's saved variable), no one else's
+    reference to its storage. A backward's saved tensor that its call alone holds dies after its last reader, so
+    that reader may write its output over it, as Inductor does over the saved tensors AOTAutograd donates; one held
+    elsewhere (the forward's output, which the caller may still hold) must not be written. Never while a CUDA
+    graph is captured: a replay would write over what the tensor holds then, whoever holds it."""
+    if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        return [False] * len(tensors)
+    return [holders == _SOLE for holders in _holders_in_a_call(*tensors)]
 
 
 class InputChecks:

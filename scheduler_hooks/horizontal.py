@@ -656,7 +656,8 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
     comes after this pass: tower by tower, say, which a group can prevent): a buffer is allocated by the first node
     that writes it or a view of it (a cat's output, when its first input is written into it) and freed after the
     last reader of it or of its views (graph outputs never); buffers read only inside their own kernel are never
-    allocated; an output that Inductor writes in place of an input that dies there takes over its storage.
+    allocated; an output that Inductor writes in place of an input that dies there takes over its storage, as does
+    an output of a merged group written over a saved tensor (:func:`_saved_tensors_to_take_over`).
     Graph inputs belong to the caller, but for those Inductor's wrapper frees (a backward's saved tensors, as
     Inductor's own memory planning decides with ``is_nonfreeable_buffers``): live until their last reader; a
     backward's incoming gradients both ways (see :class:`MemoryEstimate`). An ATen fallback call peaks at what is
@@ -687,8 +688,15 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
             storage_of[name] = name
             sizes[name] = bytes_of.allocated(name, value.get_output_spec(), own_elements=True)
             first_write[name] = 0
+    # and those a merged group's outputs are written over where the call alone holds them
+    for node in nodes:
+        for name in node.takes_over.values() if isinstance(node, MemberTableGroup) else ():
+            storage_of[name] = name
+            sizes[name] = bytes_of.allocated(name, V.graph.graph_inputs[name].get_output_spec(), own_elements=True)
+            first_write[name] = 0
     for step, node in enumerate(nodes):
         regions = _regions_of_one_allocation(node)
+        takes_over = node.takes_over if isinstance(node, MemberTableGroup) else {}
         for snode in node.get_nodes():
             for buf in snode.get_outputs():
                 name = buf.get_name()
@@ -698,6 +706,9 @@ def _peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
                 if name in regions:
                     storage, nbytes = regions[name]
                     storage_of[name], sizes[storage] = storage, nbytes
+                elif name in takes_over:
+                    storage_of[name] = takes_over[name]
+                    in_place.add(name)
                 elif isinstance(layout, ir.NonOwningLayout) and not _kernel_local(scheduler, buf, outputs):
                     storage_of[name] = layout.view.data.get_name()
                 elif isinstance(layout, ir.Layout) and not isinstance(layout, ir.MutationLayoutSHOULDREMOVE):
@@ -837,12 +848,13 @@ def _live_while_running(
         return layout
 
     in_one_allocation = {name for allocation in allocations.values() for name in allocation.names}
+    no_storage_of_their_own = in_one_allocation | set(_saved_tensors_to_take_over(members, allocations))
     own = sum(_in_blocks(allocation.nbytes) for allocation in allocations.values())
     for member in members:
         for snode in member.get_nodes():
             for buf in snode.get_outputs():
                 written.add(buf.get_name())
-                if buf.get_name() not in in_one_allocation and (layout := own_storage(buf)) is not None:
+                if buf.get_name() not in no_storage_of_their_own and (layout := own_storage(buf)) is not None:
                     own += bytes_of.allocated(buf.get_name(), layout)
     for name in OrderedSet(dep.name for member in members for dep in member.read_writes.reads):
         if name in written:
@@ -1012,6 +1024,8 @@ class MemberTableGroup(GroupKernelNode):
         self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
         #: by slot: the members' buffers made as one allocation (for the memory estimates)
         self.one_allocations = _one_allocations(members, structures)
+        #: by output: the saved tensor it is written over where the call alone holds that tensor
+        self.takes_over = _saved_tensors_to_take_over(members, self.one_allocations)
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_member_table_group(backend, self)
@@ -1069,6 +1083,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     kernel_name = backend.define_kernel(src_code, schedule, kernel)
     kernel.kernel_name = kernel_name
     _allocate_together(kernel_name, group, members, structures)
+    _write_over_saved_tensors(kernel_name, group)
     with V.set_kernel_handler(kernel):
         for member in members:
             for node in member.get_nodes():
@@ -1245,6 +1260,95 @@ def _one_allocations(members: list[Any], structures: list[Structure]) -> dict[in
     return allocations
 
 
+def _saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAllocation]) -> dict[str, str]:
+    """By output of a member: the backward's saved tensor that the output is written over, where the call alone
+    holds that tensor (``runtime.sole_holders``, at run time); where not, the output is allocated as before.
+
+    Stock kernels free each saved tensor after its last reader, and write an output over a saved tensor that
+    AOTAutograd donates (``decide_inplace_update``). A merged kernel allocates all its members' outputs before any
+    saved tensor is freed: for the backward of 128 ``tanh`` (each reads its saved output and writes a gradient of
+    that size) 127 gradients more at once. Where the saved tensors are not donated (the forward returned them: the
+    caller may hold them through the backward, or not), the memory check kept such groups apart. Written over what
+    it reads, the merged kernel holds no more than stock's in either case: where the call alone holds a saved
+    tensor, stock frees it after its kernel, and the merged kernel writes over it; where the caller holds it,
+    stock's frees nothing, and the merged kernel allocates, as stock's does.
+
+    Before (a member's lines in the wrapper)::
+
+        buf3 = empty_strided_cuda((256, 512), (512, 1), torch.float32)
+
+    After::
+
+        triton_poi_0_sole = sole_holders(tanh_3, ...)
+        buf3 = tanh_3 if triton_poi_0_sole[0] else empty_strided_cuda((256, 512), (512, 1), torch.float32)
+
+    A saved tensor qualifies as Inductor's donated ones do (its one reader is this member, which reads it at the
+    index where it writes the output, ``SchedulerNode.can_inplace``, once; the layouts match; not a graph output,
+    not updated in place), and not where the wrapper allocates nothing itself: under cudagraph trees, where a
+    replay would write over whoever holds it then, in one allocation of the members' outputs, or under Inductor's
+    memory planning (``config.memory_planning``, which plans every allocation line itself)."""
+    if _cudagraph_trees() or not config.inplace_buffers or config.memory_planning:
+        return {}
+    readers = _readers_of_inputs(members[0].scheduler)
+    outputs = OrderedSet(V.graph.get_output_names())
+    in_one_allocation = {name for allocation in allocations.values() for name in allocation.names}
+    taken: dict[str, str] = {}
+    for member in members:
+        own = OrderedSet(snode.get_name() for snode in member.get_nodes())
+        accesses = collections.Counter(
+            dep.name for dep in OrderedSet(
+                dep for snode in member.get_nodes() for dep in snode.read_writes.reads_and_writes()
+            )
+        )
+        for snode in member.get_nodes():
+            if not isinstance(snode, SchedulerNode):
+                continue
+            for buf in snode.get_outputs():
+                node, name = buf.node, buf.get_name()
+                layout = node.get_output_spec()
+                if (
+                    name in in_one_allocation or name in V.graph.removed_buffers or type(layout) is not ir.FixedLayout
+                    or not node.should_allocate() or node.get_inputs_that_alias_output() or node.get_mutation_names()
+                    or _kernel_local(member.scheduler, buf, outputs)
+                ):
+                    continue
+                for dep in snode.read_writes.reads:
+                    value = V.graph.graph_inputs.get(dep.name)
+                    if (
+                        isinstance(value, ir.TensorBox) and dep.name not in taken.values() and accesses[dep.name] == 1
+                        and not _is_tangent(dep.name) and not is_nonfreeable_buffers(StarDep(dep.name))
+                        and dep.name not in outputs and dep.name not in V.graph.mutated_inputs
+                        and readers.get(dep.name, OrderedSet()) <= own and snode.can_inplace(dep)
+                        and _same_layout(value.get_output_spec(), layout)
+                    ):
+                        taken[name] = dep.name
+                        break
+    return taken
+
+
+def _readers_of_inputs(scheduler: Any) -> dict[str, OrderedSet[str]]:
+    """By graph input: the names of the scheduler nodes (unfused) that read it, worked out once per graph."""
+    if getattr(V.graph, "optimus_ir_input_readers", None) is None:
+        readers: dict[str, OrderedSet[str]] = collections.defaultdict(OrderedSet)
+        for node in scheduler.nodes:
+            for snode in node.get_nodes():
+                for dep in snode.read_writes.reads:
+                    if dep.name in V.graph.graph_inputs:
+                        readers[dep.name].add(snode.get_name())
+        V.graph.optimus_ir_input_readers = dict(readers)
+    return V.graph.optimus_ir_input_readers
+
+
+def _same_layout(saved: Any, output: ir.Layout) -> bool:
+    """Whether a saved tensor's layout is one an output can be written over: the same dtype, device, sizes,
+    strides and offset."""
+    return (
+        isinstance(saved, ir.Layout) and saved.dtype == output.dtype and saved.device == output.device
+        and list(saved.size) == list(output.size) and list(saved.stride) == list(output.stride)
+        and saved.offset == output.offset
+    )
+
+
 def _allocate_together(
     kernel_name: str, group: MemberTableGroup, members: list[Any], structures: list[Structure]
 ) -> None:
@@ -1268,6 +1372,26 @@ def _allocate_together(
             storage, allocation, function, f"{', '.join(allocation.names)}, = {function}({storage}, {arguments})",
             as_tensors=not _read_only_by_member_tables(group.scheduler, allocation.names),
         )
+
+
+def _write_over_saved_tensors(kernel_name: str, group: MemberTableGroup) -> None:
+    """The wrapper's lines that give each output of ``group.takes_over`` its saved tensor's storage where the call
+    alone holds that tensor, and an allocation of its own where not (:func:`_saved_tensors_to_take_over`)."""
+    if not group.takes_over:
+        return
+    wrapper = V.graph.wrapper_code
+    sole = f"{kernel_name}_{group.members[0].get_first_name()}_sole"  # a kernel may serve several groups
+    wrapper.add_import_once("from optimus_ir.runtime import sole_holders")
+    wrapper.writeline(f"{sole} = sole_holders({', '.join(group.takes_over.values())})")
+    for i, (output, saved) in enumerate(group.takes_over.items()):
+        allocation = wrapper.make_buffer_allocation(V.graph.get_buffer(output)).partition(" = ")[2]
+        wrapper.writeline(f"{output} = {saved} if {sole}[{i}] else {allocation}")
+        wrapper.allocated.add(output)
+    record(
+        IdenticalKernelsToMemberTableKernel.name, True, list(group.takes_over),
+        f"{len(group.takes_over)} output(s) written over the saved tensor each reads, where the call alone holds it "
+        "(allocated where not)",
+    )
 
 
 def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...]) -> bool:

@@ -302,6 +302,10 @@ def tanh_scale_each(*xs):
     return [torch.tanh(x) * 2 for x in xs]
 
 
+def tanh_each(*xs):
+    return [torch.tanh(x) for x in xs]
+
+
 def gelu_each(*xs):
     return [F.gelu(x) for x in xs]
 
@@ -386,6 +390,12 @@ CASES.extend(
             "horizontal_row_sum_tanh_training", row_sum_of_tanh_each,
             _tensors(*[(rows, 64) for rows in (32, 32, 16, 48, 32)], grad=True), 10, 5,
             ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+        ),
+        Case(
+            # backward: each member reads its saved tanh output, which the forward returns (not donated), and
+            # writes its gradient over it where the call alone holds it (here the caller holds them: allocated)
+            "horizontal_tanh_training_saved_outputs", tanh_each, _tensors(*[(32, 64)] * 6, grad=True), 12, 2,
+            ("IdenticalKernelsToMemberTableKernel",),
         ),
     ]
 )

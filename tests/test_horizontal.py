@@ -769,26 +769,95 @@ def test_two_groups_that_raise_the_peak_alone_and_not_together_merge_together():
     torch.testing.assert_close(actual, run_compiled(_full_sums, inputs, horizontal=False)[0], rtol=0, atol=0)
 
 
-def test_a_training_steps_small_buffers_share_one_allocation_and_its_in_place_gradients_stay():
+def test_a_training_steps_small_buffers_share_one_allocation_and_its_gradients_are_written_over_saved_tensors():
     # forward: the partial sums (64 bytes each) share one allocation (one kernel then sums each and their squares).
-    # Backward: stock's kernels write each 0-d gradient over the donated saved tensor it reads; merged, they would
-    # allocate a block each (a training graph's outputs stay separate allocations): kept apart
+    # Backward: stock's kernels write each 0-d gradient over the donated saved tensor it reads; merged, each member
+    # writes over it too where the call alone holds it (a training graph's outputs stay separate allocations, which
+    # would take a block each: 3072 -> 4608 bytes)
     def fn(*xs):
         return sum(x.sum() ** 2 for x in xs)
 
     inputs = tuple(torch.randn(256, 512, requires_grad=True) for _ in range(6))
     stock = compile_report(fn, inputs, passes=None)
     report = compile_report(fn, inputs, passes="horizontal")
-    assert (len(stock.launches), len(report.launches)) == (13, 8)
-    assert [len(r.nodes) for r in _fired(report)] == [6]
+    assert (len(stock.launches), len(report.launches)) == (13, 3)
+    assert [len(r.nodes) for r in _fired(report) if "kernels → one kernel" in r.detail] == [6, 6]
     forward, backward = (graph.wrapper for graph in report.graphs)
     assert re.search(r"= tensors_of\(\w+, \(16, 16, 16, 16, 16, 16\)\)", forward)
-    assert "tensors_of" not in backward and backward.count("; del mul") == 6  # in place: buf0 = mul; del mul
-    assert any("estimated peak memory 3072 → 4608 bytes" in r.detail for r in _rejected(report))
+    assert "tensors_of" not in backward and "sole_holders(mul, mul_2, mul_4, mul_6, mul_8, mul_10)" in backward
+    assert backward.count(" if triton_poi_fused_mul_0_op0_sole[") == 6
     stock_forward, stock_backward = (peak_bytes(graph.wrapper) for graph in stock.graphs)
     assert (peak_bytes(forward), peak_bytes(backward)) == (4096, stock_backward) and stock_forward == 6656
+    with mock.patch.object(horizontal, "_saved_tensors_to_take_over", return_value={}):
+        allocating = compile_report(fn, inputs, passes="horizontal")
+    assert any("estimated peak memory 3072 → 4608 bytes" in r.detail for r in _rejected(allocating))
     gradients, _, _ = run_compiled(fn, inputs, horizontal=True, backward=True)
     torch.testing.assert_close(gradients, run_compiled(fn, inputs, horizontal=False, backward=True)[0], rtol=0, atol=0)
+
+
+def _tanh_each(*xs):
+    return tuple(torch.tanh(x) for x in xs)
+
+
+def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
+    """The backward of N tanh reads each saved output once, at the index where it writes that member's gradient.
+    Stock's kernels allocate each gradient and free the saved output after it (neither is donated: the forward
+    returns them), so merged kernels that allocate every gradient at once raised the estimated peak and stayed 8
+    kernels. Merged, each gradient is written over its saved output where the call alone holds it, and allocated
+    where the caller still holds it (as stock's). Both ways run here, through AOTAutograd, in the interpreter."""
+    inputs = tuple(torch.randn(64, 32, requires_grad=True) for _ in range(8))
+    incoming = [torch.randn(64, 32) for _ in inputs]
+    stock = compile_report(_tanh_each, inputs, passes=None)
+    report = compile_report(_tanh_each, inputs, passes="horizontal")
+    assert [len(graph.launches) for graph in stock.graphs] == [8, 8]
+    assert [len(graph.launches) for graph in report.graphs] == [1, 1]
+    assert peak_bytes(report.graphs[1].wrapper) <= peak_bytes(stock.graphs[1].wrapper)
+    with mock.patch.object(horizontal, "_saved_tensors_to_take_over", return_value={}):
+        allocating = compile_report(_tanh_each, inputs, passes="horizontal")
+    assert len(allocating.graphs[1].launches) == 8
+
+    expected = torch.autograd.grad(_tanh_each(*inputs), inputs, incoming)
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter():
+        compiled = torch.compile(_tanh_each)
+        outputs = compiled(*inputs)  # held by the caller through the backward
+        before = [output.detach().clone() for output in outputs]
+        held = torch.autograd.grad(outputs, inputs, incoming)
+        torch.testing.assert_close(list(outputs), before, rtol=0, atol=0)  # not written over
+        held_addresses = {output.data_ptr() for output in outputs}
+        outputs = compiled(*inputs)
+        addresses = [output.data_ptr() for output in outputs]
+        kept = outputs[0][:2]  # a view keeps the first output's memory
+        kept_before = kept.detach().clone()
+        losses = [(output * g).sum() for output, g in zip(outputs, incoming)]  # saves g, not the output
+        del outputs
+        alone = torch.autograd.grad(losses, inputs)
+    torch.testing.assert_close(held, expected)
+    torch.testing.assert_close(alone, expected)
+    assert not held_addresses & {g.data_ptr() for g in held}
+    torch.testing.assert_close(kept, kept_before, rtol=0, atol=0)
+    assert [g.data_ptr() for g in alone][1:] == addresses[1:] and alone[0].data_ptr() != addresses[0]
+
+
+def test_sole_holders_tells_a_tensor_only_the_caller_holds_from_one_held_elsewhere():
+    def call(args):  # as a wrapper's call: its inputs' one reference is a local name each
+        a, b, c, d, e, f = args
+        args.clear()
+        return runtime.sole_holders(a, b, c, d, e, f)
+
+    held = torch.randn(4)
+    keep = [held]  # noqa: F841 (another Python reference)
+    base = torch.randn(8)
+    storage_user = torch.randn(4)
+    storage = storage_user.untyped_storage()  # noqa: F841 (a reference to its storage)
+    with torch.no_grad():
+        shares = torch.randn(4)
+        alias = torch.as_strided(shares, (2,), (1,))  # noqa: F841 (another tensor of its storage)
+    impl = torch.randn(4)
+    view_base = impl.view(4)._base  # noqa: F841 (the view holds its base's C++ tensor)
+    assert call([torch.randn(4), held, base[:4], storage_user, shares, torch.randn(4)]) == [
+        True, False, False, False, False, True
+    ]
+    del held, base, storage_user, shares, impl
 
 
 def test_one_row_reductions_of_different_lengths_share_a_kernel_unless_their_bodies_use_the_length():

@@ -4,7 +4,8 @@ optimus_ir, so that a claim "this rewrite does not raise peak memory" is checked
 The replay follows the wrapper's own statements: ``empty_strided_cuda`` allocates (rounded up to the caching
 allocator's 512-byte blocks), ``x = y; del y  # reuse`` and ``x = reinterpret_tensor(y, ...); del y  # reuse``
 hand a buffer over, ``a, b, = tensors_of(x, ...)`` (or ``tensors_of_each_row``, ``tensors_of_padded_rows``) make
-regions of one allocation, and ``del x`` frees an allocation once no name of it is left. Graph inputs count from the
+regions of one allocation, ``x = y if sole[i] else empty_strided_cuda(...)`` (a merged kernel's output written over
+a saved tensor the call alone holds) hands ``y`` over, and ``del x`` frees an allocation once no name of it is left. Graph inputs count from the
 start where the wrapper frees them (a backward's saved tensors, named neither ``primals_*``, ``tangents_*`` nor
 ``arg*``, as in Inductor's ``is_nonfreeable_buffers``); their sizes come from the wrapper's ``get_args``.
 Tensors that extern kernels allocate themselves (an ATen fallback's outputs) are sized by the
@@ -25,6 +26,7 @@ _INPUT = re.compile(r"(\w+) = rand_strided\(\(([\d, ]*)\), \([\d, ]*\), device='
 _EXTERN_OUTPUT = re.compile(r"assert_size_stride\((\w+), \(([\d, ]*)\), \([\d, ]*\), '")
 _EXTERN_CALL = re.compile(r"\w+ = torch\.ops\.")
 _REUSE = re.compile(r"(\w+) = (?:reinterpret_tensor\()?(\w+)(?:, [^;]*\))?; del (\w+)  # reuse")
+_WRITTEN_OVER = re.compile(r"(\w+) = (\w+) if \w+\[\d+\] else empty_strided_cuda\(")
 _REGIONS = re.compile(r"((?:\w+, )+)= tensors_of(?:_each_row|_padded_rows)?\((\w+), ")
 _NOT_FREED = ("primals_", "tangents_", "arg")
 
@@ -69,6 +71,8 @@ def peak_bytes(wrapper: str) -> int:
         if regions := _REGIONS.match(statement):
             for name in regions.group(1).split(", ")[:-1]:
                 name_it(name, allocation_of[regions.group(2)])
+        if written_over := _WRITTEN_OVER.match(statement):  # as where a call alone holds its saved tensors
+            name_it(written_over.group(1), allocation_of[written_over.group(2)])
         if reuse := _REUSE.match(statement):
             if reuse.group(2) in allocation_of:
                 name_it(reuse.group(1), allocation_of[reuse.group(2)])
