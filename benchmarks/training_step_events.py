@@ -1,12 +1,17 @@
 """CUDA events per training step over a run's first steps, kernels and member-table copies apart, and the peak
 memory of a step: stock Inductor, combo kernels and optimus_ir, on the horizontal issue's training storms.
 
-    python benchmarks/training_step_events.py --out DIR [--only "full sum"] [--windows 2 12 22 42]
+    python benchmarks/training_step_events.py --out DIR [--only "full sum"] [--windows 2 12 22 42] [--drop-outputs]
 
 A merged kernel's member table is copied to the GPU when a call brings addresses it has not cached. A training
 step's tensors may take new addresses from step to step until the caching allocator's blocks settle, so the CUDA
 events a step launches can change over its first steps. Each window counts the events of 3 steps, from the step
 given on (step 1 is the compiling one).
+
+A step takes the gradients of the outputs (``torch.autograd.grad(outputs, inputs, grads)``), which holds the outputs
+through the backward. With ``--drop-outputs`` it takes those of each output's dot product with its gradient, computed
+eagerly (``(output * grad).sum()``, which saves the gradient, not the output), so the outputs are dropped before the
+backward: a backward's saved outputs are then held by it alone.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*", help="substrings of the training storms' names")
     parser.add_argument("--windows", nargs="+", type=int, default=[2, 12, 22, 42])
+    parser.add_argument("--drop-outputs", action="store_true", help="drop the outputs before the backward")
     args = parser.parse_args()
     rows = []
     for name, fn, make, dtype in WORKLOADS:
@@ -57,13 +63,18 @@ def main() -> None:
             with cold_compile(), variant_context(variant):
                 run = torch.compile(fn)
 
-                def step() -> None:
-                    torch.autograd.grad(run(*inputs), inputs, grads)
+                if args.drop_outputs:
+                    def step() -> None:
+                        torch.autograd.grad([(out * g).sum() for out, g in zip(run(*inputs), grads)], inputs)
+                else:
+                    def step() -> None:
+                        torch.autograd.grad(run(*inputs), inputs, grads)
 
                 step()
                 counts = events_per_step(step, args.windows)
                 peak = peak_memory_bytes(step)
-            row = {"workload": f"{name} training step", "variant": variant.name, "peak MiB of a step": peak / 2**20}
+            caller = ", outputs dropped before the backward" if args.drop_outputs else ""
+            row = {"workload": f"{name} training step{caller}", "variant": variant.name, "peak MiB of a step": peak / 2**20}
             for start, count in counts.items():
                 row[f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step"] = (
                     f"{count['kernel'] / STEPS_PER_WINDOW:g}, {count['copy'] / STEPS_PER_WINDOW:g}"
@@ -73,7 +84,8 @@ def main() -> None:
     columns = ["workload", "variant"] + [
         f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step" for start in args.windows
     ] + ["peak MiB of a step"]
-    write_results(args.out, "training_step_events", header(" ".join(sys.argv)), rows, columns)
+    name = "training_step_events_outputs_dropped" if args.drop_outputs else "training_step_events"
+    write_results(args.out, name, header(" ".join(sys.argv)), rows, columns)
 
 
 if __name__ == "__main__":
