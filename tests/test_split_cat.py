@@ -271,7 +271,10 @@ def test_piece_groups_heavier_than_a_kernel_are_cut_in_order_into_parts_of_equal
 def test_chain_of_layers_in_a_bf16_training_step():
     """Forward and backward of four layers in bf16: the forward is a kernel per layer (the backward reads each
     layer's output, so each is written), the backward (the transposed pattern: gradients of the pieces, cat of the
-    gradients) one kernel, and the input's gradient is eager's."""
+    gradients) one kernel, and the input's gradient is eager's. Seeded: through four exps some gradients reach 1e4
+    to 1e37, where kernels computing in fp32 and eager rounding each op to bf16 can differ by more than 2% (one
+    element of 576 did, on inputs that the tests run before this one had drawn)."""
+    torch.manual_seed(0)
     x = torch.randn(8, 72, dtype=torch.bfloat16, requires_grad=True)
     report = compile_report(lambda x: _layers(x, 4), (x,))
     stock = compile_report(lambda x: _layers(x, 4), (x,), passes=None)
