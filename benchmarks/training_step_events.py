@@ -11,7 +11,9 @@ given on (step 1 is the compiling one).
 A step takes the gradients of the outputs (``torch.autograd.grad(outputs, inputs, grads)``), which holds the outputs
 through the backward. With ``--drop-outputs`` it takes those of each output's dot product with its gradient, computed
 eagerly (``(output * grad).sum()``, which saves the gradient, not the output), so the outputs are dropped before the
-backward: a backward's saved outputs are then held by it alone.
+backward: a backward's saved outputs are then held by it alone. Each row also says how many of the inputs'
+gradients of a step are at an address one of its outputs had (written over it; or, once the output is freed, given
+its block by the caching allocator), and their largest relative error against eager's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from horizontal_bench import TRAINING, WORKLOADS  # noqa: E402
 from measure import (  # noqa: E402
-    VARIANTS, cold_compile, cuda_events, header, peak_memory_bytes, variant_context, write_results,
+    VARIANTS, cold_compile, cuda_events, header, max_rel_error, peak_memory_bytes, variant_context,
+    write_results,
 )
 
 STEPS_PER_WINDOW = 3
@@ -57,24 +60,33 @@ def main() -> None:
             continue
         inputs = tuple(make(dtype, True))
         grads = [torch.randn_like(out) for out in fn(*inputs)]
+        expected = torch.autograd.grad(fn(*inputs), inputs, grads)
         for variant in VARIANTS:
             if variant.name not in ("stock", "combo_kernels", "optimus_ir"):
                 continue
             with cold_compile(), variant_context(variant):
                 run = torch.compile(fn)
 
-                if args.drop_outputs:
-                    def step() -> None:
-                        torch.autograd.grad([(out * g).sum() for out, g in zip(run(*inputs), grads)], inputs)
-                else:
-                    def step() -> None:
-                        torch.autograd.grad(run(*inputs), inputs, grads)
+                def step() -> tuple[tuple[torch.Tensor, ...], set[int]]:
+                    """The inputs' gradients, and the addresses of the outputs."""
+                    outputs = run(*inputs)
+                    addresses = {out.data_ptr() for out in outputs}
+                    if args.drop_outputs:
+                        losses = [(out * g).sum() for out, g in zip(outputs, grads)]
+                        del outputs
+                        return torch.autograd.grad(losses, inputs), addresses
+                    return torch.autograd.grad(outputs, inputs, grads), addresses
 
                 step()
                 counts = events_per_step(step, args.windows)
                 peak = peak_memory_bytes(step)
+                gradients, addresses = step()
             caller = ", outputs dropped before the backward" if args.drop_outputs else ""
-            row = {"workload": f"{name} training step{caller}", "variant": variant.name, "peak MiB of a step": peak / 2**20}
+            row = {
+                "workload": f"{name} training step{caller}", "variant": variant.name, "peak MiB of a step": peak / 2**20,
+                "input gradients at an output's address": sum(g.data_ptr() in addresses for g in gradients),
+                "max rel err against eager": max_rel_error(gradients, expected),
+            }
             for start, count in counts.items():
                 row[f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step"] = (
                     f"{count['kernel'] / STEPS_PER_WINDOW:g}, {count['copy'] / STEPS_PER_WINDOW:g}"
@@ -83,7 +95,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     columns = ["workload", "variant"] + [
         f"steps {start}-{start + STEPS_PER_WINDOW - 1}: kernels, copies per step" for start in args.windows
-    ] + ["peak MiB of a step"]
+    ] + ["peak MiB of a step", "input gradients at an output's address", "max rel err against eager"]
     name = "training_step_events_outputs_dropped" if args.drop_outputs else "training_step_events"
     write_results(args.out, name, header(" ".join(sys.argv)), rows, columns)
 
