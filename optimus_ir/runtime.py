@@ -219,30 +219,28 @@ def _holders_in_a_call(*tensors: torch.Tensor) -> list[tuple[int, int, int, int]
     return [_holders(tensor) for tensor in tensors]
 
 
-def _holders_as_sole_holders_sees_them(*tensors: torch.Tensor) -> tuple[int, int, int, int]:
-    return _holders_in_a_call(*tensors)[0]  # called as :func:`sole_holders` calls it
+#: A tensor that nothing holds but this name: what :func:`sole_holders` sees of it is what it sees of a tensor that
+#: nothing holds but its caller's name, less the reference of the tuple the caller passes. Seen in the same call,
+#: not worked out once: what the frames of a call hold differs by context (this module imported while Inductor
+#: compiles saw two references more to a tensor than the same lines at run time, on CPython 3.11).
+_REFERENCE = torch.empty(1)
 
 
-def _holders_of_one_name() -> tuple[int, int, int, int]:
-    """:func:`_holders` of a tensor that nothing holds but one local name of its caller (a wrapper's, once its
-    ``args`` are cleared), passed the way :func:`sole_holders` passes it."""
-    tensor = torch.empty(1)
-    return _holders_as_sole_holders_sees_them(tensor)
+def sole_holders(tensors: tuple[torch.Tensor, ...]) -> list[bool]:
+    """For each tensor, whether the caller's name for it (and ``tensors``) is all that holds it and its memory: no
+    other Python reference, no other C++ tensor (a view, a tensor of the same storage, autograd's saved variable),
+    no one else's reference to its storage. A backward's saved tensor that its call alone holds dies after its last
+    reader, so that reader may write its output over it, as Inductor does over the saved tensors AOTAutograd
+    donates; one held elsewhere (the forward's output, which the caller may still hold) must not be written. Never
+    while a CUDA graph is captured: a replay would write over what the tensor holds then, whoever holds it.
 
-
-_SOLE = _holders_of_one_name()
-
-
-def sole_holders(*tensors: torch.Tensor) -> list[bool]:
-    """For each tensor, whether the caller's name for it is all that holds it and its memory: no other Python
-    reference, no other C++ tensor (a view, a tensor of the same storage, autograd's saved variable), no one else's
-    reference to its storage. A backward's saved tensor that its call alone holds dies after its last reader, so
-    that reader may write its output over it, as Inductor does over the saved tensors AOTAutograd donates; one held
-    elsewhere (the forward's output, which the caller may still hold) must not be written. Never while a CUDA
-    graph is captured: a replay would write over what the tensor holds then, whoever holds it."""
+    The tensors come as one tuple, not as arguments: CPython passes more than 30 arguments of a call in a tuple of
+    its own, which holds each of them once more while the call runs."""
     if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
         return [False] * len(tensors)
-    return [holders == _SOLE for holders in _holders_in_a_call(*tensors)]
+    reference, *holders = _holders_in_a_call(_REFERENCE, *tensors)
+    sole = (reference[0] + 1, *reference[1:])  # each tensor is also in ``tensors``
+    return [held == sole for held in holders]
 
 
 class InputChecks:

@@ -1279,7 +1279,7 @@ def _saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAl
 
     After::
 
-        triton_poi_0_sole = sole_holders(tanh_3, ...)
+        triton_poi_0_sole = sole_holders((tanh_3, ...))
         buf3 = tanh_3 if triton_poi_0_sole[0] else empty_strided_cuda((256, 512), (512, 1), torch.float32)
 
     A saved tensor qualifies as Inductor's donated ones do (its one reader is this member, which reads it at the
@@ -1382,7 +1382,7 @@ def _write_over_saved_tensors(kernel_name: str, group: MemberTableGroup) -> None
     wrapper = V.graph.wrapper_code
     sole = f"{kernel_name}_{group.members[0].get_first_name()}_sole"  # a kernel may serve several groups
     wrapper.add_import_once("from optimus_ir.runtime import sole_holders")
-    wrapper.writeline(f"{sole} = sole_holders({', '.join(group.takes_over.values())})")
+    wrapper.writeline(f"{sole} = sole_holders(({', '.join(group.takes_over.values())},))")
     for i, (output, saved) in enumerate(group.takes_over.items()):
         allocation = wrapper.make_buffer_allocation(V.graph.get_buffer(output)).partition(" = ")[2]
         wrapper.writeline(f"{output} = {saved} if {sole}[{i}] else {allocation}")

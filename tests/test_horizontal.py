@@ -784,7 +784,7 @@ def test_a_training_steps_small_buffers_share_one_allocation_and_its_gradients_a
     assert [len(r.nodes) for r in _fired(report) if "kernels → one kernel" in r.detail] == [6, 6]
     forward, backward = (graph.wrapper for graph in report.graphs)
     assert re.search(r"= tensors_of\(\w+, \(16, 16, 16, 16, 16, 16\)\)", forward)
-    assert "tensors_of" not in backward and "sole_holders(mul, mul_2, mul_4, mul_6, mul_8, mul_10)" in backward
+    assert "tensors_of" not in backward and "sole_holders((mul, mul_2, mul_4, mul_6, mul_8, mul_10,))" in backward
     assert backward.count(" if triton_poi_fused_mul_0_op0_sole[") == 6
     stock_forward, stock_backward = (peak_bytes(graph.wrapper) for graph in stock.graphs)
     assert (peak_bytes(forward), peak_bytes(backward)) == (4096, stock_backward) and stock_forward == 6656
@@ -802,19 +802,19 @@ def _tanh_each(*xs):
 def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
     """The backward of N tanh reads each saved output once, at the index where it writes that member's gradient.
     Stock's kernels allocate each gradient and free the saved output after it (neither is donated: the forward
-    returns them), so merged kernels that allocate every gradient at once raised the estimated peak and stayed 8
+    returns them), so merged kernels that allocate every gradient at once raised the estimated peak and stayed 32
     kernels. Merged, each gradient is written over its saved output where the call alone holds it, and allocated
     where the caller still holds it (as stock's). Both ways run here, through AOTAutograd, in the interpreter."""
-    inputs = tuple(torch.randn(64, 32, requires_grad=True) for _ in range(8))
-    incoming = [torch.randn(64, 32) for _ in inputs]
+    inputs = tuple(torch.randn(16, 32, requires_grad=True) for _ in range(32))  # more than 30: see sole_holders
+    incoming = [torch.randn(16, 32) for _ in inputs]
     stock = compile_report(_tanh_each, inputs, passes=None)
     report = compile_report(_tanh_each, inputs, passes="horizontal")
-    assert [len(graph.launches) for graph in stock.graphs] == [8, 8]
+    assert [len(graph.launches) for graph in stock.graphs] == [32, 32]
     assert [len(graph.launches) for graph in report.graphs] == [1, 1]
     assert peak_bytes(report.graphs[1].wrapper) <= peak_bytes(stock.graphs[1].wrapper)
     with mock.patch.object(horizontal, "_saved_tensors_to_take_over", return_value={}):
         allocating = compile_report(_tanh_each, inputs, passes="horizontal")
-    assert len(allocating.graphs[1].launches) == 8
+    assert len(allocating.graphs[1].launches) == 32
 
     expected = torch.autograd.grad(_tanh_each(*inputs), inputs, incoming)
     with optimus_ir.enabled("horizontal"), cpu_triton_interpreter():
@@ -840,9 +840,9 @@ def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
 
 def test_sole_holders_tells_a_tensor_only_the_caller_holds_from_one_held_elsewhere():
     def call(args):  # as a wrapper's call: its inputs' one reference is a local name each
-        a, b, c, d, e, f = args
+        a, b, c, d, e, f, g = args
         args.clear()
-        return runtime.sole_holders(a, b, c, d, e, f)
+        return runtime.sole_holders((a, b, c, d, e, f, g))
 
     held = torch.randn(4)
     keep = [held]  # noqa: F841 (another Python reference)
@@ -853,11 +853,22 @@ def test_sole_holders_tells_a_tensor_only_the_caller_holds_from_one_held_elsewhe
         shares = torch.randn(4)
         alias = torch.as_strided(shares, (2,), (1,))  # noqa: F841 (another tensor of its storage)
     impl = torch.randn(4)
-    view_base = impl.view(4)._base  # noqa: F841 (the view holds its base's C++ tensor)
-    assert call([torch.randn(4), held, base[:4], storage_user, shares, torch.randn(4)]) == [
-        True, False, False, False, False, True
-    ]
+    view = impl.view(4)  # noqa: F841 (the view holds its base's C++ tensor)
+    args = [torch.randn(4), held, base[:4], storage_user, shares, impl, torch.randn(4)]
     del held, base, storage_user, shares, impl
+    assert call(args) == [True, False, False, False, False, False, True]
+
+
+def test_sole_holders_of_more_than_30_tensors():
+    # a wrapper's call of more than 30 arguments passes them in a tuple of their own (CPython): the tensors come
+    # as one tuple, so that nothing but their count changes
+    names = ", ".join(f"a{i}" for i in range(40))
+    source = f"def call(args):\n    {names}, = args\n    args.clear()\n    return sole_holders(({names},))\n"
+    namespace = {"sole_holders": runtime.sole_holders}
+    exec(source, namespace)
+    held = torch.randn(4)
+    args = [held, *(torch.randn(4) for _ in range(39))]  # (not in the assert, whose rewriting keeps its parts)
+    assert namespace["call"](args) == [False] + [True] * 39
 
 
 def test_one_row_reductions_of_different_lengths_share_a_kernel_unless_their_bodies_use_the_length():
