@@ -838,6 +838,15 @@ def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
     assert [g.data_ptr() for g in alone][1:] == addresses[1:] and alone[0].data_ptr() != addresses[0]
 
 
+def test_under_cudagraph_trees_no_output_is_written_over_a_saved_tensor():
+    # a replay runs what was recorded: a saved tensor the call alone held then may be the caller's now
+    inputs = tuple(torch.randn(16, 32, requires_grad=True) for _ in range(4))
+    with mock.patch.object(horizontal, "_cudagraph_trees", return_value=True):
+        report = compile_report(_tanh_each, inputs, passes="horizontal")
+    assert "sole_holders" not in report.wrapper
+    assert len(report.graphs[1].launches) == 4
+
+
 def test_sole_holders_tells_a_tensor_only_the_caller_holds_from_one_held_elsewhere():
     def call(args):  # as a wrapper's call: its inputs' one reference is a local name each
         a, b, c, d, e, f, g = args
