@@ -3,7 +3,8 @@ needed; the steps are host work either way): Inductor's own per-input asserts an
 them too), the output allocation split into 128 views (autograd views, as until the ninth session, and tensors of
 their own to autograd, ``runtime.tensors_of``, as now), and the member table's lookup by addresses (given each
 output view, as until the eighth session, and given their one allocation, as now), and the inputs' asserts as
-optimus_ir's wrapper makes them (``InputAssertsToOneCheck``: one ``InputChecks.check`` call). ``--device cuda``
+optimus_ir's wrapper makes them (``InputAssertsToOneCheck``: one ``InputChecks.check`` call), and a merged
+backward's check of which saved tensors the call alone holds (``runtime.sole_holders``). ``--device cuda``
 times the same steps on CUDA tensors (the host work differs by device: the tensors' checks, their allocation).
 
     python benchmarks/host_parts.py --out DIR [--device cuda]
@@ -25,7 +26,7 @@ from torch._inductor.utils import copy_misaligned_inputs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import header, write_results  # noqa: E402
 
-from optimus_ir.runtime import InputChecks, MemberTable, tensors_of  # noqa: E402
+from optimus_ir.runtime import InputChecks, MemberTable, sole_holders, tensors_of  # noqa: E402
 
 MEMBERS, ROWS, WIDTH = 128, 256, 512
 
@@ -51,6 +52,7 @@ def main() -> None:
     offsets = [0] * MEMBERS + [i * numel * whole.element_size() for i in range(MEMBERS)]
     by_allocation = MemberTable(starts, numels, MEMBERS, byte_offsets=offsets, spans=[1] * MEMBERS + [MEMBERS])
     by_allocation(*inputs, whole)
+    saved = tuple(inputs)
     checks = InputChecks([((ROWS, WIDTH), (WIDTH, 1))] * MEMBERS)
     checks.assert_size_stride(*inputs)
     steps = {
@@ -67,6 +69,9 @@ def main() -> None:
         "optimus_ir: member table lookup by 256 addresses (each output view)": lambda: by_view(*inputs, *outputs),
         "optimus_ir: member table lookup by 129 addresses (the outputs' one allocation)": lambda: by_allocation(
             *inputs, whole
+        ),
+        "optimus_ir: which of 128 saved tensors the call alone holds (sole_holders, a merged backward)": lambda: (
+            sole_holders(saved)
         ),
     }
     if whole.is_cuda:  # the wrapper's lines around its launches, and freeing what a call returns

@@ -55,6 +55,7 @@ import ctypes
 import functools
 import itertools
 import math
+import operator
 import sys
 import threading
 from collections.abc import Callable
@@ -71,6 +72,10 @@ __all__ = [
 
 _INT64_MAX = 2**63 - 1
 _data_ptr = torch.Tensor.data_ptr
+_untyped_storage = torch.Tensor.untyped_storage
+_use_count = torch.Tensor._use_count
+_cdata = operator.attrgetter("_cdata")
+_storage_use_count = torch._C._storage_Use_Count
 
 _T = TypeVar("_T")
 
@@ -205,20 +210,6 @@ def tensors_of_each_row(whole: torch.Tensor, shape: tuple[int, ...]) -> tuple[to
         return whole.as_strided((whole.shape[0], *shape), (whole.stride(0), *strides)).unbind(0)
 
 
-def _holders(tensor: torch.Tensor) -> tuple[int, int, int, int]:
-    """What holds ``tensor`` and its storage, as seen from :func:`sole_holders`: the references to the Python
-    object, to its C++ tensor, to the Python object of its storage, and to the C++ storage."""
-    storage = tensor.untyped_storage()
-    return (
-        sys.getrefcount(tensor), tensor._use_count(), sys.getrefcount(storage),
-        torch._C._storage_Use_Count(storage._cdata),
-    )
-
-
-def _holders_in_a_call(*tensors: torch.Tensor) -> list[tuple[int, int, int, int]]:
-    return [_holders(tensor) for tensor in tensors]
-
-
 #: A tensor that nothing holds but this name: what :func:`sole_holders` sees of it is what it sees of a tensor that
 #: nothing holds but its caller's name, less the reference of the tuple the caller passes. Seen in the same call,
 #: not worked out once: what the frames of a call hold differs by context (this module imported while Inductor
@@ -238,9 +229,17 @@ def sole_holders(tensors: tuple[torch.Tensor, ...]) -> list[bool]:
     its own, which holds each of them once more while the call runs."""
     if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
         return [False] * len(tensors)
-    reference, *holders = _holders_in_a_call(_REFERENCE, *tensors)
+    every = (_REFERENCE, *tensors)
+    storages = tuple(map(_untyped_storage, every))
+    # per tensor: the references to its Python object, to its C++ tensor, to the Python object of its storage, and
+    # to the C++ storage; by ``map``s, so that no Python code runs per tensor (128 tensors: 31 µs, 42 with a loop)
+    holders = zip(
+        map(sys.getrefcount, every), map(_use_count, every), map(sys.getrefcount, storages),
+        map(_storage_use_count, map(_cdata, storages)),
+    )
+    reference = next(holders)
     sole = (reference[0] + 1, *reference[1:])  # each tensor is also in ``tensors``
-    return [held == sole for held in holders]
+    return list(map(sole.__eq__, holders))
 
 
 class InputChecks:
