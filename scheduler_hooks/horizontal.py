@@ -401,10 +401,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
         Merging a group makes its small buffers one allocation (:func:`_one_allocations`), which can make room for
         the group that reads them, and the other way round. So a group rejected while a group still to try is linked
-        to it that way (:func:`_linked`) waits: once a linked group merges, it is tried again; once none is left to
-        try, it is split. A group rejected while a linked group waits is tried together with it: the two stages of
-        48 full sums each raise the peak alone (the other stage's 48 buffers take a 512-byte block each), and lower
-        it together."""
+        to it that way (:meth:`_GroupsToTry.linked`) waits: once a linked group merges, it is tried again; once none
+        is left to try, it is split. A group rejected while a linked group waits is tried together with it: the two
+        stages of 48 full sums each raise the peak alone (the other stage's 48 buffers take a 512-byte block each),
+        and lower it together."""
         # before any group: a group takes over its members' operation names
         estimate, estimated = _peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far
         groups = _GroupsToTry(to_try)
@@ -417,14 +417,14 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 groups.push(half, reduction)
 
         def merged(parts: list[list[tuple[Any, Structure]]]) -> None:
-            for item in [item for item in waiting if any(_linked(item[0], part) for part in parts)]:
+            for item in [item for item in waiting if any(groups.linked(item[0], part) for part in parts)]:
                 waiting.remove(item)
                 tried_again.add(id(item[0]))
                 groups.push(item[0], item[1])
 
         def rejected(part: list[tuple[Any, Structure]], reduction: bool, why: str) -> None:
             nonlocal nodes, estimate, estimated
-            partner = next((item for item in waiting if _linked(item[0], part)), None)
+            partner = next((item for item in waiting if groups.linked(item[0], part)), None)
             if partner is not None and estimated + len(nodes) <= MAX_ESTIMATED_NODES:
                 waiting.remove(partner)
                 estimated += len(nodes)
@@ -447,7 +447,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 continue
             part, reduction = groups.pop()
             members = [m for m, _ in part]
-            own, own_tangents = _live_while_running(members, _one_allocations(members, [s for _, s in part]), bytes_of)
+            own, own_tangents = _live_while_running(members, groups.touches(part).one_allocations, bytes_of)
             if own > estimate.peak or own + own_tangents > estimate.peak_tangents_freed:
                 above = (
                     f"{own} bytes of their own inputs and outputs, above the peak before ({estimate.peak})"
@@ -543,48 +543,63 @@ def _reads(part: list[tuple[Any, Structure]]) -> list[str]:
     return [name for member, _ in part for name in member.used_buffer_names()]
 
 
-def _in_one_allocation(part: list[tuple[Any, Structure]]) -> list[str]:
-    """The buffers that merging ``part`` makes one allocation (:func:`_one_allocations`)."""
-    allocations = _one_allocations([m for m, _ in part], [s for _, s in part]).values()
-    return [name for allocation in allocations for name in allocation.names]
+@dataclasses.dataclass
+class _WhatMergingTouches:
+    """Of one part (a group to try): what its members read, and the buffers that merging it makes one allocation."""
 
-
-def _linked(part: list[tuple[Any, Structure]], other: list[tuple[Any, Structure]]) -> bool:
-    """Whether one of the groups reads buffers that merging the other makes one allocation."""
-    return not OrderedSet(_in_one_allocation(part)).isdisjoint(_reads(other)) or not OrderedSet(
-        _reads(part)
-    ).isdisjoint(_in_one_allocation(other))
+    part: list[tuple[Any, Structure]]  # kept, so that no other part takes its id
+    reads: OrderedSet[str]
+    in_one_allocation: OrderedSet[str]
+    one_allocations: dict[int, OneAllocation]  # :func:`_one_allocations` of its members
 
 
 class _GroupsToTry:
-    """The groups still to try, in order, and how many of their members read each buffer and write it into one
-    allocation (``_in_one_allocation``)."""
+    """The groups still to try, in order, and how many of them read each buffer and write it into one allocation
+    (:func:`_one_allocations`). Both are worked out once per part, and kept until the pass is done: the parts that
+    wait are asked about again and again."""
 
     def __init__(self, groups: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]]) -> None:
         self._groups: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
         self._reads: collections.Counter[str] = collections.Counter()
         self._in_one_allocation: collections.Counter[str] = collections.Counter()
+        self._touches: dict[int, _WhatMergingTouches] = {}  # by id of a part
         for part, reduction in groups:
             self.push(part, reduction)
 
     def __bool__(self) -> bool:
         return bool(self._groups)
 
+    def touches(self, part: list[tuple[Any, Structure]]) -> _WhatMergingTouches:
+        if id(part) not in self._touches:
+            allocations = _one_allocations([m for m, _ in part], [s for _, s in part])
+            in_one_allocation = OrderedSet(name for allocation in allocations.values() for name in allocation.names)
+            reads = OrderedSet(_reads(part))
+            self._touches[id(part)] = _WhatMergingTouches(part, reads, in_one_allocation, allocations)
+        return self._touches[id(part)]
+
     def push(self, part: list[tuple[Any, Structure]], reduction: bool) -> None:
         self._groups.append((part, reduction))
-        self._reads.update(_reads(part))
-        self._in_one_allocation.update(_in_one_allocation(part))
+        touches = self.touches(part)
+        self._reads.update(touches.reads)
+        self._in_one_allocation.update(touches.in_one_allocation)
 
     def pop(self) -> tuple[list[tuple[Any, Structure]], bool]:
         part, reduction = self._groups.popleft()
-        self._reads.subtract(_reads(part))
-        self._in_one_allocation.subtract(_in_one_allocation(part))
+        touches = self.touches(part)
+        self._reads.subtract(touches.reads)
+        self._in_one_allocation.subtract(touches.in_one_allocation)
         return part, reduction
 
+    def linked(self, part: list[tuple[Any, Structure]], other: list[tuple[Any, Structure]]) -> bool:
+        """Whether one of the groups reads buffers that merging the other makes one allocation."""
+        one, two = self.touches(part), self.touches(other)
+        return not one.in_one_allocation.isdisjoint(two.reads) or not one.reads.isdisjoint(two.in_one_allocation)
+
     def linked_to(self, part: list[tuple[Any, Structure]]) -> bool:
-        """Whether a group still to try is :func:`_linked` to ``part``."""
-        return any(self._reads[name] > 0 for name in _in_one_allocation(part)) or any(
-            self._in_one_allocation[name] > 0 for name in _reads(part)
+        """Whether a group still to try is :meth:`linked` to ``part``."""
+        touches = self.touches(part)
+        return any(self._reads[name] > 0 for name in touches.in_one_allocation) or any(
+            self._in_one_allocation[name] > 0 for name in touches.reads
         )
 
 
