@@ -1,9 +1,12 @@
 """On a real GPU: the random storms and odd cases of ``tests/test_horizontal_random.py``, with their tensors on CUDA
 (0-d tensors stay on the CPU), through the horizontal pass against stock Inductor and eager.
 
-    python benchmarks/random_storms_check.py --out DIR [--storms N] [--odd-cases N]
+    python benchmarks/random_storms_check.py --out DIR [--storms N] [--odd-cases N] [--first-storm S]
+        [--first-odd-case S] [--budget-s SECONDS]
 
-(the seeds of the test by default; ``--storms 200`` checks seeds 0-199).
+(the seeds of the test by default; ``--storms 200`` checks seeds 0-199, ``--first-storm 24 --storms 50`` seeds
+24-73, beyond the test's; ``--budget-s``: no case is started once that many seconds are spent, the checked ones
+are written).
 
 The interpreter that runs them in CI does not fault on a misaligned address or race between blocks; the GPU does,
 and the cases include inputs at odd offsets (sliced, split, offset views). For each case: the groups the pass
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -82,11 +86,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--storms", type=int, default=len(STORMS))
     parser.add_argument("--odd-cases", type=int, default=len(ODD_CASES))
+    parser.add_argument("--first-storm", type=int, default=0, help="the first storm's seed")
+    parser.add_argument("--first-odd-case", type=int, default=0, help="the first odd case's seed")
+    parser.add_argument("--budget-s", type=float, default=None, help="check no case once this many seconds are spent")
     args = parser.parse_args()
     assert torch.cuda.is_available(), "run this on a GPU machine"
+    start = time.monotonic()
     rows = []
-    for case, seeds in (("storm", range(args.storms)), ("odd", range(args.odd_cases))):
+    for case, seeds in (
+        ("storm", range(args.first_storm, args.first_storm + args.storms)),
+        ("odd", range(args.first_odd_case, args.first_odd_case + args.odd_cases)),
+    ):
         for seed in seeds:
+            if args.budget_s is not None and time.monotonic() - start > args.budget_s:
+                break
             try:
                 rows.append(check(case, seed))
             except Exception as error:  # record it, check the rest
