@@ -570,6 +570,7 @@ class _GroupsToTry:
         return bool(self._groups)
 
     def touches(self, part: list[tuple[Any, Structure]]) -> _WhatMergingTouches:
+        """What merging ``part`` touches, worked out the first time it is asked for."""
         if id(part) not in self._touches:
             allocations = _one_allocations([m for m, _ in part], [s for _, s in part])
             in_one_allocation = OrderedSet(name for allocation in allocations.values() for name in allocation.names)
