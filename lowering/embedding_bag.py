@@ -22,7 +22,7 @@ from torch.fx.operator_schemas import normalize_function
 from torch.utils._sympy.functions import FloorDiv
 
 from optimus_ir import index_math
-from optimus_ir.registry import LoweringRule, NotApplicable, Reject, register
+from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
 
@@ -46,7 +46,6 @@ def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
     return step
 
 
-@register
 class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
     """``_embedding_bag`` / ``_embedding_bag_forward_only`` with bags of one size ``L`` → a sum (or mean) over ``L``
     table rows. (ATen calls ``_embedding_bag`` whenever the table requires grad, also under ``no_grad``.)
@@ -159,7 +158,6 @@ def _unsupported(
     return None
 
 
-@register
 class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
     """``_embedding_bag_backward`` of bags of one size ``L`` → zeros and one atomic scatter-add (what Inductor makes
     of ``nn.Embedding``'s backward) instead of ATen's sort-based kernels.

@@ -5,7 +5,7 @@
 - :class:`SliceOfCatToInput`, :class:`SplitOfCatToInputs`, :class:`SplitWithSizesOfCatToInputs` (``aten.slice``,
   ``aten.split``, ``aten.split_with_sizes``): a slice of a cat that lies within one input of the cat → a slice of
   that input, so that consumer does not need the cat. A cat nobody reads any more is then not written: Inductor's
-  dead-code elimination removes a pointwise cat, :class:`UnreadConcatElimination` (before fusion) a ConcatKernel
+  dead-code elimination removes a pointwise cat, ``UnreadConcatElimination`` (before fusion) a ConcatKernel
   and the copies that fill it.
 
 A view is only correct where nobody can tell it from a copy. The rules refuse (with the reason in the dump) when
@@ -17,7 +17,6 @@ fresh tensor) and when the graph mutates the viewed buffer; sizes and offsets mu
 from __future__ import annotations
 
 import operator
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,19 +24,11 @@ import sympy
 import torch
 
 from optimus_ir import index_math
+from optimus_ir.graph_state import state_of
 from optimus_ir.lowering.precision import rounded_as_stored
-from optimus_ir.registry import LoweringRule, NotApplicable, Reject, SchedulerRule, record, register
-from optimus_ir.scheduler_hooks.node_graph import drop_nodes
+from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
-
-#: Per graph, the lowered inputs of each cat (FX node → TensorBoxes), remembered when the cat is lowered:
-#: Inductor's FX interpreter drops a node's value after its last use, so a later slice of the cat cannot find them.
-CAT_INPUTS: weakref.WeakKeyDictionary[Any, dict[torch.fx.Node, list[Any]]] = weakref.WeakKeyDictionary()
-
-#: Per graph, the ConcatKernel buffers some of whose slices now read the cat's inputs instead (see
-#: :class:`UnreadConcatElimination`).
-REDIRECTED_CATS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 #: Lowerings that may return (a view of) their input's storage although the op has no alias annotation.
 _ALIASING_WITHOUT_ANNOTATION = frozenset({aten._unsafe_view.default})
@@ -87,19 +78,15 @@ def _fx_base(node: Any) -> Any:
     return node
 
 
-#: Per graph being lowered: each FX node some op may write into → that op (see :func:`_written_nodes`).
-_WRITTEN: weakref.WeakKeyDictionary[Any, dict[torch.fx.Node, torch.fx.Node]] = weakref.WeakKeyDictionary()
-
-
 def _written_nodes(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.fx.Node]:
     """Every FX node that an op of ``graph`` may write into (a mutable schema argument, e.g. the ``copy_`` that
     functionalization leaves for ``x.add_(1)`` on a graph input; any tensor argument of a higher-order op or python
     callable), mapped to that op. Computed once per lowering of the graph."""
     from torch._inductor.virtualized import V
 
-    key = V.graph if V.graph is not None else graph
-    if key in _WRITTEN:
-        return _WRITTEN[key]
+    state = state_of(V.graph if V.graph is not None else graph)
+    if state.written_nodes is not None:
+        return state.written_nodes
     written: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
@@ -117,7 +104,7 @@ def _written_nodes(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.fx.Node]:
             info = schema_arg.alias_info if schema_arg is not None else None
             if isinstance(arg, torch.fx.Node) and info is not None and info.is_write:
                 written[arg] = node
-    _WRITTEN[key] = written
+    state.written_nodes = written
     return written
 
 
@@ -154,7 +141,6 @@ def _fixed_view(x: Any) -> tuple[Any, Any]:
     return storage, layout
 
 
-@register
 class CatOfTilingSlicesToView(LoweringRule):
     """cat of views of ONE buffer that lie side by side along the cat dim, in order → a view of the buffer; no kernel.
 
@@ -186,7 +172,7 @@ class CatOfTilingSlicesToView(LoweringRule):
         from torch._inductor.virtualized import V
 
         fx_cat = V.graph.current_node
-        CAT_INPUTS.setdefault(V.graph, {})[fx_cat] = list(inputs)  # for the slice rules, whatever we decide
+        state_of(V.graph).cat_inputs[fx_cat] = list(inputs)  # for the slice rules, whatever we decide
         if len(inputs) < 2:
             raise Reject("fewer than two inputs")
         rank = len(inputs[0].get_size())
@@ -251,7 +237,7 @@ def _cat_inputs(x: Any) -> tuple[Any, list[Any], list[Any], int]:
         raise Reject(f"input is not the lowered value of {cat.name}")
     fx_inputs = list(cat.args[0])
     dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
-    values = CAT_INPUTS.get(V.graph, {}).get(cat)
+    values = state_of(V.graph).cat_inputs.get(cat)
     if values is None or len(values) != len(fx_inputs):
         raise Reject(f"the inputs of {cat.name} were not seen when it was lowered")
     return cat, fx_inputs, values, dim
@@ -283,7 +269,7 @@ def _note_redirected(x: Any) -> None:
 
     data = x.data.data if isinstance(x, ir.TensorBox) and isinstance(x.data, ir.StorageBox) else None
     if isinstance(data, ir.ConcatKernel):
-        REDIRECTED_CATS.setdefault(V.graph, set()).add(data.get_name())
+        state_of(V.graph).redirected_cats.add(data.get_name())
 
 
 class _SlicesOfCat:
@@ -332,7 +318,6 @@ class _SlicesOfCat:
         return cat, plans, [str(s) for s in starts]
 
 
-@register
 class SliceOfCatToInput(_SlicesOfCat, LoweringRule):
     """slice of a cat that lies inside one input of the cat → a slice of that input; the cat is not read.
 
@@ -346,7 +331,7 @@ class SliceOfCatToInput(_SlicesOfCat, LoweringRule):
         buf1 = Pointwise(load(b, 16*o0 + o1 + 4) * 2)          # cat: no reader left, removed by Inductor's DCE
 
     The sliced node must be an ``aten.cat`` in the FX graph; its inputs' lowered values are those
-    :class:`CatOfTilingSlicesToView` saw (:data:`CAT_INPUTS`), so this works whichever way the cat was then
+    :class:`CatOfTilingSlicesToView` saw (``GraphState.cat_inputs``), so this works whichever way the cat was then
     lowered (pointwise cat, ConcatKernel, or SplitCatToPointwise). The bounds must be proven inside one input
     (:func:`index_math.piece_containing`); a slice that straddles two inputs, or is along another dim, keeps
     reading the cat. Refused when the slice (or a view of it) is a graph output (it would alias the input) or the
@@ -428,7 +413,6 @@ def _split_sizes(x: Any, split_size: Any, dim: int) -> list[Any]:
     return sizes
 
 
-@register
 class SplitOfCatToInputs(_SplitOfCat, LoweringRule):
     """split (``aten.split.Tensor``: chunk, split by size) of a cat → each piece inside one input of the cat is a
     slice of that input; pieces that straddle two inputs keep reading the cat.
@@ -456,7 +440,6 @@ class SplitOfCatToInputs(_SplitOfCat, LoweringRule):
         return self._split(x, _split_sizes(x, split_size, dim), dim)
 
 
-@register
 class SplitWithSizesOfCatToInputs(_SplitOfCat, LoweringRule):
     """split_with_sizes of a cat (sizes other than the cat's: the same sizes are undone by Inductor's FX passes) →
     each piece inside one input of the cat is a slice of that input.
@@ -478,74 +461,3 @@ class SplitWithSizesOfCatToInputs(_SplitOfCat, LoweringRule):
 
     def rewrite(self, x: Any, split_sizes: Sequence[Any], dim: int = 0) -> tuple[Any, str]:
         return self._split(x, [sympy.sympify(s) for s in split_sizes], dim)
-
-
-@register
-class UnreadConcatElimination(SchedulerRule):
-    """A ConcatKernel whose slices now read its inputs (the rules above) and that nothing reads any more → removed,
-    with the copies that filled it.
-
-    Inductor's dead-code elimination keeps a ConcatKernel: it counts as a user of its own buffer. Before fusion
-    (``torch.cat([a, b, c], 1).split([4, 4, 8, 8], 1)``, each piece read from a or b or c directly)::
-
-        SchedulerNode(buf0: copy a into buf3[:, 0:8])          # or one foreach kernel of the copies on a GPU
-        SchedulerNode(buf1: copy b into buf3[:, 8:16])
-        SchedulerNode(buf2: copy c into buf3[:, 16:24])
-        NopKernelSchedulerNode(buf3 = ConcatKernel([buf0, buf1, buf2]))     # no reader of buf3 left
-
-    After: the four nodes are gone (their buffers added to ``V.graph.removed_buffers``). A cat that is returned,
-    still read, or whose inputs are read by something else (an input computed straight into the cat) is kept.
-    """
-
-    name = "UnreadConcatElimination"
-    pass_name = "splitcat"
-    stage = "pre_fusion"
-
-    def rewrite(self, nodes: list[Any]) -> list[Any]:
-        from torch._inductor.scheduler import ForeachKernelSchedulerNode
-        from torch._inductor.virtualized import V
-
-        names = REDIRECTED_CATS.pop(V.graph, set())
-        if not names or not nodes:
-            return nodes
-        scheduler = nodes[0].scheduler
-        outputs = set(V.graph.get_output_names())
-        present = {node.get_name() for node in nodes}
-        dead: set[str] = set()  # scheduler node names to drop
-        for name in sorted(names):
-            concat = scheduler.name_to_buf.get(name)
-            if concat is None or name in V.graph.removed_buffers:
-                continue
-            concat_op = concat.defining_op.get_name()
-            if name in outputs:
-                record(self.name, False, [name], "returned from the graph")
-                continue
-            readers = sorted({u.get_name() for u in concat.users if not u.is_weak} - {concat_op})
-            if readers:
-                record(self.name, False, [name], f"still read by {readers}")
-                continue
-            members = [scheduler.name_to_buf[dep.name] for dep in concat.defining_op.read_writes.reads
-                       if dep.name in scheduler.name_to_buf]
-            busy = [m.get_name() for m in members
-                    if m.get_name() in outputs or any(not u.is_weak and u.get_name() != concat_op for u in m.users)]
-            if busy:
-                record(self.name, False, [name], f"inputs {busy} are read by other nodes (computed into the cat)")
-                continue
-            removed_ops = {concat_op} | {m.defining_op.get_name() for m in members}
-            holders = {scheduler.name_to_fused_node.get(op, scheduler.name_to_node.get(op)) for op in removed_ops}
-            if any(h is None or h.get_name() not in present for h in holders):
-                record(self.name, False, [name], "a writer of the cat is not among the scheduler's nodes")
-                continue
-            partial = [h.get_name() for h in holders if isinstance(h, ForeachKernelSchedulerNode)
-                       and not set(h.get_operation_names()) <= removed_ops]
-            if partial:
-                record(self.name, False, [name], f"its copies are grouped with other work in {partial}")
-                continue
-            if any(h.has_side_effects() for h in holders):
-                record(self.name, False, [name], "a writer of the cat has side effects")
-                continue
-            dead.update(h.get_name() for h in holders)
-            V.graph.removed_buffers.update([name] + [m.get_name() for m in members])
-            V.graph.removed_operations.update(removed_ops)
-            record(self.name, True, [name], f"unread after its slices read its inputs; removed {sorted(removed_ops)}")
-        return drop_nodes(nodes, dead)

@@ -12,8 +12,7 @@ Importing this package imports neither ``torch._inductor`` nor the rules: ``impo
 ``torch.backends`` entry point, and must stay fast.
 """
 
-__version__ = "0.1.0"
-
 from optimus_ir.switch import PASSES, disable, enable, enabled, enabled_passes
+from optimus_ir.version import __version__
 
 __all__ = ["PASSES", "__version__", "disable", "enable", "enabled", "enabled_passes"]

@@ -1,7 +1,8 @@
 """Command line: ``python -m optimus_ir demo`` and ``python -m optimus_ir report module:function --inputs ...``.
 
 Both compile twice, stock Inductor and optimus_ir, for a CUDA sm_90 target (virtual when there is no GPU), and
-print the Triton kernels each launches, the counts, and every rewrite decision. Nothing is run.
+print the counts, optimus_ir's Triton kernels (stock's with ``--stock-kernels``), every rewrite decision and a
+one-line summary. Nothing is run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from optimus_ir import switch
+from optimus_ir.passes import parse_passes
 from optimus_ir.inspect import CompileReport, compile_report
 
 
@@ -30,19 +31,29 @@ def split_mixed_cat(x: torch.Tensor, pieces: int = 16) -> torch.Tensor:
     return torch.cat([ops[i % 2](p) for i, p in enumerate(x.chunk(pieces, dim=1))], dim=1)
 
 
-def _print_side_by_side(title: str, stock: CompileReport, ours: CompileReport, show_kernels: bool) -> None:
+def _print_kernels(label: str, report: CompileReport) -> None:
+    print(f"--- {label} kernels")
+    for kernel in report.kernels:
+        print(f"# {kernel.name} (launched {report.launches.count(kernel.name)}x)")
+        print(kernel.source[kernel.source.index("@triton.jit"):].rstrip())
+        print()
+
+
+def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels: bool, stock_kernels: bool) -> None:
+    """The counts and optimus_ir's kernels first, the rewrites after, stock's kernels only when asked for, and a
+    one-line summary last."""
     print(f"=== {title}")
     for label, report in (("stock Inductor", stock), ("optimus_ir", ours)):
-        print(f"--- {label}: {len(report.launches)} kernel launches, {len(report.kernels)} distinct Triton kernels")
-        if show_kernels:
-            for kernel in report.kernels:
-                launches = report.launches.count(kernel.name)
-                print(f"# {kernel.name} (launched {launches}x)")
-                print(kernel.source[kernel.source.index("@triton.jit"):].rstrip())
-                print()
+        print(f"{label}: {len(report.launches)} kernel launches, {len(report.kernels)} distinct Triton kernels")
+    if kernels:
+        _print_kernels("optimus_ir", ours)
+    if stock_kernels:
+        _print_kernels("stock Inductor", stock)
     print("--- rewrites")
     for record in ours.rewrites:
         print(f"  {record}")
+    fired = sorted({record.rule for record in ours.rewrites if record.fired})
+    print(f"=> {len(stock.launches)} → {len(ours.launches)} kernel launches per call; fired: {', '.join(fired) or 'none'}")
     print()
 
 
@@ -55,7 +66,7 @@ def _write_dump(root: Path, stock: CompileReport, ours: CompileReport, passes: A
 
     for graph_stock, graph_ours in zip(stock.graphs, ours.graphs):
         dump.write_graph(
-            root, graph_ours.name, graph_ours.wrapper, graph_stock.wrapper, ours.rewrites, switch.parse_passes(passes)
+            root, graph_ours.name, graph_ours.wrapper, graph_stock.wrapper, ours.rewrites, parse_passes(passes)
         )
     print(f"dump written to {root}")
 
@@ -68,7 +79,7 @@ def demo(args: argparse.Namespace) -> int:
     ]
     for title, fn in cases:
         stock, ours = _compare(fn, (x,), "all")
-        _print_side_by_side(title, stock, ours, show_kernels=not args.counts_only)
+        _print_report(title, stock, ours, not args.counts_only, args.stock_kernels)
     return 0
 
 
@@ -95,7 +106,7 @@ def report(args: argparse.Namespace) -> int:
     inputs = _inputs(args.inputs)
     passes = args.passes if args.passes != "none" else None
     stock, ours = _compare(fn, inputs, passes)
-    _print_side_by_side(args.target, stock, ours, show_kernels=not args.counts_only)
+    _print_report(args.target, stock, ours, not args.counts_only, args.stock_kernels)
     if args.dump:
         _write_dump(Path(args.dump), stock, ours, passes)
     return 0
@@ -111,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo_parser = commands.add_parser("demo", help="built-in split/cat-heavy examples")
     demo_parser.add_argument("--pieces", type=int, default=64)
     demo_parser.add_argument("--counts-only", action="store_true", help="print counts and rewrites, no kernels")
+    demo_parser.add_argument("--stock-kernels", action="store_true", help="also print stock Inductor's kernels")
     demo_parser.set_defaults(run=demo)
     report_parser = commands.add_parser("report", help="compile your function, stock and with optimus_ir")
     report_parser.add_argument("target", help="module:function (or module:Module class, built with no arguments)")
@@ -120,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report_parser.add_argument("--passes", default="all", help="'all', 'none', or a comma list of pass names")
     report_parser.add_argument("--counts-only", action="store_true", help="print counts and rewrites, no kernels")
+    report_parser.add_argument("--stock-kernels", action="store_true", help="also print stock Inductor's kernels")
     report_parser.add_argument("--dump", help="also write the dump (same layout as OPTIMUS_IR_DUMP) to this folder")
     report_parser.set_defaults(run=report)
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ Layout::
     <dir>/graph_<n>/summary.json         the same, machine-readable
 
 The "with" side is taken from ``GraphLowering.save_output_code`` (a hook Inductor calls with the final wrapper
-code); the "without" side lowers the same post-grad FX graph once more with :func:`switch.suspended`. A dump
+code); the "without" side lowers the same post-grad FX graph once more with :func:`passes.suspended`. A dump
 failure is written to the dump and never fails the compile.
 """
 
@@ -20,19 +20,18 @@ import itertools
 import json
 import os
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
-from optimus_ir import registry, switch
 from optimus_ir.codegen_text import parse_wrapper
+from optimus_ir.passes import enabled_passes, suspended
+from optimus_ir.records import RewriteRecord, add_listener, remove_listener
 
 DUMP_ENV = "OPTIMUS_IR_DUMP"
 
 _counter = itertools.count()
-_pending: list[registry.RewriteRecord] = []  # decisions since the last graph was dumped
-_previous_hook: Any = None
-_installed = False
+_pending: list[RewriteRecord] = []  # decisions since the last graph was dumped
+_listening = False
 
 
 def dump_dir() -> Path | None:
@@ -40,43 +39,40 @@ def dump_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def install() -> None:
-    """Start dumping (idempotent). Called before each compile while enabled, so setting the variable later works."""
-    global _previous_hook, _installed
-    if _installed or dump_dir() is None:
-        return
-    from torch._inductor.graph import GraphLowering
-
-    _previous_hook = GraphLowering.save_output_code
-    GraphLowering.save_output_code = staticmethod(_on_output_code)
-    registry.add_listener(_pending)
-    _installed = True
+def start() -> None:
+    """Collect the decisions of each graph until it is dumped (idempotent)."""
+    global _listening
+    if not _listening:
+        add_listener(_pending)
+        _listening = True
 
 
-def uninstall() -> None:
-    global _installed
-    if not _installed:
-        return
-    from torch._inductor.graph import GraphLowering
-
-    GraphLowering.save_output_code = _previous_hook
-    registry.remove_listener(_pending)
-    _pending.clear()
-    _installed = False
+def stop() -> None:
+    global _listening
+    if _listening:
+        remove_listener(_pending)
+        _pending.clear()
+        _listening = False
 
 
-def _on_output_code(code: str) -> None:
-    if _previous_hook is not None:
-        _previous_hook(code)
-    root = dump_dir()
-    if root is None:
-        return
-    records, _pending[:] = list(_pending), []
-    try:
-        stock, error = _lower_stock(), None
-    except Exception:  # the dump must never fail a compile
-        stock, error = None, traceback.format_exc()
-    write_graph(root, _graph_kind(), code, stock, records, switch.enabled_passes(), stock_error=error)
+def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], None]:
+    """What ``GraphLowering.save_output_code`` becomes (:mod:`optimus_ir.patches` puts it there): ``previous``,
+    then the graph's dump."""
+
+    def save_output_code(code: str) -> None:
+        if previous is not None:
+            previous(code)
+        root = dump_dir()
+        if root is None:
+            return
+        records, _pending[:] = list(_pending), []
+        try:
+            stock, error = _lower_stock(), None
+        except Exception:  # the dump must never fail a compile
+            stock, error = None, traceback.format_exc()
+        write_graph(root, _graph_kind(), code, stock, records, enabled_passes(), stock_error=error)
+
+    return save_output_code
 
 
 def _lower_stock() -> str:
@@ -95,7 +91,7 @@ def _lower_stock() -> str:
         is_inference=graph.is_inference,
         is_backward=graph.is_backward,
     )
-    with switch.suspended(), V.set_graph_handler(stock), V.set_extern_kernel_nodes([]):
+    with suspended(), V.set_graph_handler(stock), V.set_extern_kernel_nodes([]):
         stock.run(*graph.example_inputs)
         wrapper, _ = stock.codegen()
     return wrapper.value
@@ -113,7 +109,7 @@ def write_graph(
     kind: str,
     code: str,
     stock: str | None,
-    records: list[registry.RewriteRecord],
+    records: list[RewriteRecord],
     passes: Iterable[str],
     *,
     stock_error: str | None = None,

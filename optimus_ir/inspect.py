@@ -17,7 +17,7 @@ from typing import Any
 
 from optimus_ir import switch
 from optimus_ir.codegen_text import GraphCode, Kernel
-from optimus_ir.registry import RewriteRecord, recording
+from optimus_ir.records import RewriteRecord, recording
 
 __all__ = ["CompileReport", "compile_report"]
 

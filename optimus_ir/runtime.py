@@ -29,7 +29,7 @@ full a miss allocates nothing, on the device or the host, so steady-state calls 
 
 Threads: each thread that calls a compiled graph has table slots of its own (``_ThreadSlots``), so one thread's miss
 never rewrites a table that another thread's call has looked up and not launched yet (nor two threads' misses the
-same new slot: on the H200 that raised IndexError in 8 threads calling one graph). The page-locked rows are the
+same new slot). The page-locked rows are the
 table's, taken in turn by every thread's misses under a lock: a thread's end leaves no page-locked memory behind.
 
 CUDA graphs: a graph's addresses are those of its capture (a graph is replayed with new data copied into its own
@@ -37,8 +37,7 @@ input buffers), so a table made while a graph is captured is one of a few device
 (on the first call) and never written or freed again. It is filled at capture time by a copy outside the graph: a
 helper thread whose capture mode is relaxed (``cuThreadExchangeStreamCaptureMode``) copies and synchronizes on a
 stream of its own (made by the driver: never one of PyTorch's pool, which a graph may be captured on). So a replay
-runs the kernel alone; a copy in the graph came before the kernel in every replay (H200, 64 × layer norm: 29.3 µs
-per replay with it, 24.2 without). Where the mode cannot be relaxed (no CUDA driver library), the copy is captured,
+runs the kernel alone, not a copy before it. Where the mode cannot be relaxed (no CUDA driver library), the copy is captured,
 from page-locked host memory kept as long as the graph may replay it.
 
 Cudagraph trees (``mode="reduce-overhead"``) route every allocation of the thread that warms up or records a graph
@@ -66,11 +65,12 @@ from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 from torch._C._dynamo.guards import assert_size_stride as _assert_size_stride
 from torch._inductor.utils import ALIGNMENT, clone_preserve_strides
 
+from optimus_ir.member_table import MemberTableLayout
+
 __all__ = [
     "InputChecks", "MemberTable", "sole_holders", "tensors_of", "tensors_of_each_row", "tensors_of_padded_rows",
 ]
 
-_INT64_MAX = 2**63 - 1
 _data_ptr = torch.Tensor.data_ptr
 _untyped_storage = torch.Tensor.untyped_storage
 _use_count = torch.Tensor._use_count
@@ -91,7 +91,7 @@ def _registered_host_buffer(size: int) -> torch.Tensor:
     """A page-locked int64 host buffer that is NOT from PyTorch's caching host allocator.
 
     A copy from caching-allocator pinned memory records the copying stream on the block; a stream recorded while a
-    graph was being captured makes the allocator's later event bookkeeping fail (seen on the H200 as "CUDA error:
+    graph was being captured makes the allocator's later event bookkeeping fail ("CUDA error:
     invalid argument" in unrelated later work). Memory registered with ``cudaHostRegister`` is page-locked (so the
     captured copy is a real asynchronous copy) but unknown to that allocator. It is never freed (kept in
     ``_REGISTERED``): registered memory must not go back to the CPU allocator.
@@ -185,7 +185,7 @@ def tensors_of(whole: torch.Tensor, rows: tuple[int, ...]) -> tuple[torch.Tensor
     stock Inductor's separate allocations (a version counter each): autograd views made by the graph's call, which
     runs in no-grad mode, would refuse what stock's outputs allow (an in-place op in grad mode: "A view was created
     in no_grad mode and is being modified inplace with grad mode enabled"; ``detach_()``). It also takes less host
-    time (CPU, 128 members: 35 µs, against 56 for ``unbind`` into autograd views)."""
+    time than ``unbind`` into autograd views."""
     with torch._C._AutoDispatchBelowADInplaceOrView():
         return whole.split_with_sizes(rows)
 
@@ -232,7 +232,7 @@ def sole_holders(tensors: tuple[torch.Tensor, ...]) -> list[bool]:
     every = (_REFERENCE, *tensors)
     storages = tuple(map(_untyped_storage, every))
     # per tensor: the references to its Python object, to its C++ tensor, to the Python object of its storage, and
-    # to the C++ storage; by ``map``s, so that no Python code runs per tensor (128 tensors: 31 µs, 42 with a loop)
+    # to the C++ storage; by ``map``s, so that no Python code runs per tensor
     holders = zip(
         map(sys.getrefcount, every), map(_use_count, every), map(sys.getrefcount, storages),
         map(_storage_use_count, map(_cdata, storages)),
@@ -251,8 +251,6 @@ class InputChecks:
     ``assert_size_stride(*inputs)`` runs stock's asserts one by one, which raise stock's errors, then makes the
     one-call check from these inputs (at most ``_REMADE_AT_MOST`` times: inputs that take turns at two layouts pay
     stock's asserts and the failed check, never a new check each call as well).
-
-    Measured on the CPU (this machine, 128 inputs): stock's asserts 47 µs, the check 9 µs.
     """
 
     _REMADE_AT_MOST = 8
@@ -309,9 +307,10 @@ class MemberTable:
         ``aligned``: the positions of a call's tensors (graph inputs) whose addresses the kernel takes as
         ``ALIGNMENT``-byte aligned, where Inductor's own check of them before each call is left out (see
         :meth:`__call__`)."""
-        self.pad_to = pad_to
         #: the members' values that differ (their divisors, their row lengths), row after row
         self.values = list(values or ())
+        members = len(numels) if numels is not None else 0
+        self.layout = MemberTableLayout(members, pad_to, len(self.values) // members if members else 0)
         self.align = align
         self.constant = None if numels is None else self._constant(starts, numels)
         #: added to each member's address: a member may read its buffer at an offset the shared body does not add
@@ -335,7 +334,7 @@ class MemberTable:
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
-        return [*starts, *[_INT64_MAX] * (self.pad_to - len(starts)), *numels, *self.values]
+        return self.layout.constant(starts, numels, self.values)
 
     def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see

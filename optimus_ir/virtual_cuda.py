@@ -398,7 +398,7 @@ def _parameters_and_buffers_static(
     are static inputs (they outlive the call). Min-cut rematerialization counts saving one for the backward as free,
     so a training graph saves the weights themselves, as under ``torch.compile``, not tensors computed from them;
     without this a module that is not Dynamo's has no static inputs, and its backward reads other saved tensors
-    (the multi-task towers': 296 launches on the H200 where ``torch.compile``'s backward has 158)."""
+    than ``torch.compile``'s."""
     return None, [i for i, desc in enumerate(full_args_descs) if isinstance(desc, ParamAOTInput | BufferAOTInput)]
 
 

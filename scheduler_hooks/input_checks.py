@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import ast
 import collections
-from collections.abc import Iterable
 from typing import Any
 
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
-from optimus_ir.registry import NotApplicable, SchedulerRule, WrapperRule, record, register
+from optimus_ir.records import record
+from optimus_ir.rule import NotApplicable, SchedulerRule, Stage, WrapperRule
+from optimus_ir.scheduler_hooks.alignment_in_tables import RULE as ALIGNMENT_RULE
+from optimus_ir.scheduler_hooks.alignment_in_tables import moved_to_tables
+from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 
 _CHECKS = "input_checks"
 
 
-@register
 class InputAssertsToOneCheck(WrapperRule):
     """N ``assert_size_stride`` lines at the start of a graph's ``call`` → one check of all N inputs.
 
@@ -94,13 +96,11 @@ def _static_assert(line: str) -> tuple[str, tuple[int, ...], tuple[int, ...]] | 
     return call.args[0].id, size, stride
 
 
-@register
 class InputAlignmentCheckedByMemberTables(SchedulerRule):
     """Inductor's alignment check of the inputs that only merged kernels read → their member tables' check.
 
     Inductor's kernels take a graph's inputs as 16-byte aligned, and its compiled graph checks them before each
-    call, one by one (``copy_misaligned_inputs``, a Python loop: 15 µs for 128 inputs on this machine's CPU, 17 µs
-    on the H200's host), copying any that is not. A member table reads the addresses of its inputs on every call
+    call, one by one (``copy_misaligned_inputs``, a Python loop over the inputs), copying any that is not. A member table reads the addresses of its inputs on every call
     anyway, and checks those its kernel takes as aligned when it makes a table for them (a table found again is
     one for the same addresses); it copies one that is not aligned, as Inductor would
     (``optimus_ir.runtime.MemberTable``).
@@ -117,18 +117,17 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
 
     Only inputs that no other kernel reads (stock's kernels take them as aligned) and that the graph does not
     update in place (Inductor copies a misaligned one back after the call). Where a merged kernel falls back to
-    stock kernels at code generation, its inputs are checked by Inductor again (:func:`check_alignment_again`).
+    stock kernels at code generation, its inputs are checked by Inductor again
+    (:func:`~optimus_ir.scheduler_hooks.alignment_in_tables.check_alignment_again`).
     The compiled graph (``CompiledFxGraph``) keeps the very list ``compile_fx`` gave ``GraphLowering`` as
     ``inputs_to_check``; it is edited in place here (an Inductor that copied it would keep its own check).
     """
 
-    name = "InputAlignmentCheckedByMemberTables"
+    name = ALIGNMENT_RULE
     pass_name = "horizontal"
-    stage = "post_fusion"
+    stage = Stage.POST_FUSION
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
-        from optimus_ir.scheduler_hooks.horizontal import MemberTableGroup
-
         checked = V.graph.inputs_to_check
         if not isinstance(checked, list) or not checked:
             return nodes
@@ -149,27 +148,7 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
         if moved:
             for name in moved:
                 checked.remove(index[name])
-            _moved_to_tables().update({name: index[name] for name in moved})
+            moved_to_tables().update({name: index[name] for name in moved})
             record(self.name, True, moved, f"alignment of {len(moved)} input(s) checked by their member tables on "
                    "a new address, not by Inductor before each call")
         return nodes
-
-
-def _moved_to_tables() -> dict[str, int]:
-    """This graph's inputs whose alignment its member tables check, by their index among its inputs."""
-    if not hasattr(V.graph, "optimus_ir_alignment_in_tables"):
-        V.graph.optimus_ir_alignment_in_tables = {}
-    return V.graph.optimus_ir_alignment_in_tables
-
-
-def check_alignment_again(names: Iterable[str]) -> None:
-    """Inductor checks the alignment of ``names`` again: a merged kernel that read them fell back to stock kernels,
-    which take them as aligned."""
-    moved = _moved_to_tables()
-    again = [name for name in names if name in moved]
-    if again:
-        V.graph.inputs_to_check.extend(moved.pop(name) for name in again)
-        V.graph.inputs_to_check.sort()
-        record(InputAlignmentCheckedByMemberTables.name, False, again,
-               "their merged kernel fell back to stock kernels: Inductor checks them again")
-

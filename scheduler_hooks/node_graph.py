@@ -3,40 +3,25 @@ group nodes into one kernel."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from torch._inductor.codegen.simd import SIMDScheduling
 from torch._inductor.scheduler import ForeachKernelSchedulerNode
 
 
 class GroupKernelNode(ForeachKernelSchedulerNode):
     """A group of scheduler nodes one of our rules made into one kernel; it generates its kernel itself.
 
-    Inductor generates a ``ForeachKernelSchedulerNode`` with ``SIMDScheduling.codegen_combo_kernel``; that method
-    hands nodes of this type to their :meth:`codegen` (other combo kernels: stock, see :func:`_route_codegen`).
+    Inductor generates a ``ForeachKernelSchedulerNode`` with ``SIMDScheduling.codegen_combo_kernel``; while
+    optimus_ir is enabled that method hands nodes of this type to their :meth:`codegen` (other combo kernels: stock;
+    :mod:`optimus_ir.patches`).
     """
 
     def __init__(self, members: list[Any]) -> None:
         super().__init__(members[0].scheduler, members, use_custom_partition_algo=False, enable_autotune=False)
-        _route_codegen()
 
     def codegen(self, backend: Any, stock: Any) -> None:
         """Emit the kernel and its call; ``stock`` is Inductor's ``codegen_combo_kernel``."""
         raise NotImplementedError
-
-
-@functools.cache
-def _route_codegen() -> None:
-    stock = SIMDScheduling.codegen_combo_kernel
-
-    @functools.wraps(stock)
-    def codegen_combo_kernel(self: Any, node: Any) -> None:
-        if isinstance(node, GroupKernelNode):
-            return node.codegen(self, stock)
-        return stock(self, node)
-
-    SIMDScheduling.codegen_combo_kernel = codegen_combo_kernel
 
 
 def independent(node: Any, others: list[Any]) -> bool:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-import unittest.mock
 from typing import Any
 
-from optimus_ir.registry import SchedulerRule, record, register
+from optimus_ir.graph_state import current as graph_state
+from optimus_ir.patching import PATCHES
+from optimus_ir.records import record
+from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode, independent, replace_with_group
 
 #: Ops of a loop body that move data or name constants; the others are the computation each element costs.
@@ -14,12 +16,10 @@ _NOT_COMPUTE = frozenset({"load", "store", "output", "constant", "index_expr", "
 #: Threads of one block of Inductor's combo kernels (``triton_heuristics.foreach``: 8 warps of 32).
 _THREADS = 256
 #: Ops one thread may unroll before Triton's compile time dominates the first call. Triton unrolls a branch once per
-#: element a thread handles (block / 256), and its compile time grows with the unrolled ops: the 12-layer split chain
-#: (16 branches, 504 ops) took 12.1 s at Inductor's block of 1024 and 3.5 s at 256 (local sm_90 compile).
+#: element a thread handles (block / 256), and its compile time grows with the unrolled ops.
 OPS_PER_THREAD = 256
 #: Ops of one piece-group kernel at most; a heavier group becomes several kernels, which Triton compiles in parallel.
-#: Its compile time grows faster than the ops: the 12-layer chain's backward (16 branches, 1356 ops, one element per
-#: thread) took 10.9 s, its forward (504 ops) 3.1 s (local sm_90 compiles).
+#: Its compile time grows faster than the ops.
 MAX_KERNEL_OPS = 600
 
 
@@ -66,17 +66,19 @@ class PieceGroupKernel(GroupKernelNode):
     def codegen(self, backend: Any, stock: Any) -> None:
         from torch._inductor.codegen.triton_combo_kernel import ComboKernel
 
-        block_size, stock_init = self.block_size, ComboKernel.__init__
+        block_size = self.block_size
 
-        def init(kernel: ComboKernel, *args: Any, **kwargs: Any) -> None:
-            stock_init(kernel, *args, **kwargs)
-            kernel.block_size_1d = block_size
+        def with_block_size(stock_init: Any) -> Any:
+            def init(kernel: ComboKernel, *args: Any, **kwargs: Any) -> None:
+                stock_init(kernel, *args, **kwargs)
+                kernel.block_size_1d = block_size
 
-        with unittest.mock.patch.object(ComboKernel, "__init__", init):
+            return init
+
+        with PATCHES.scoped(ComboKernel, "__init__", with_block_size):
             stock(backend, self)
 
 
-@register
 class PieceGroupToComboKernel(SchedulerRule):
     """The progressions of one rewritten cat (see ``SplitCatToPointwise``) → one kernel, dispatching by block.
 
@@ -103,11 +105,9 @@ class PieceGroupToComboKernel(SchedulerRule):
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
         from torch._inductor.codegen.simd import SIMDScheduling
-        from torch._inductor.virtualized import V
 
-        from optimus_ir.lowering.split_cat import PIECE_GROUPS
-
-        groups = PIECE_GROUPS.pop(V.graph, [])
+        state = graph_state()
+        groups, state.piece_groups = state.piece_groups, []
         if not groups:
             return nodes
         owner = {name: node for node in nodes for name in node.get_buffer_names()}
@@ -159,64 +159,3 @@ class PieceGroupToComboKernel(SchedulerRule):
             f"{len(members)} kernels → one kernel, block {merged.block_size}",
         )
         return ordered
-
-
-@register
-class DeadFoldedCatElimination(SchedulerRule):
-    """A cat output written through folds that nothing reads any more → removed, with the kernels that wrote it,
-    before the scheduler is built.
-
-    When a later piece reads a region of such a cat, ``SplitCatToPointwise`` reads the fold's computation instead
-    (layers of split → op → cat become one kernel), so the earlier cat often ends up unread. Inductor's dead-code
-    elimination keeps it (a ConcatKernel counts as a user of its own buffer), and the scheduler would trace the
-    body of every piece that wrote it (in a chain, layer L's pieces replay the L layers before: most of the
-    compile). Before, in ``V.graph.operations``::
-
-        ComputedBuffer(buf0: tanh, writes buf2[:, 0:4])     # no reader of buf2, buf0 or buf1 left
-        ComputedBuffer(buf1: relu, writes buf2[:, 4:8])
-        ConcatKernel(buf2, inputs=[buf0, buf1])
-
-    After: the three operations are gone (their buffers added to ``V.graph.removed_buffers``). Removing one cat
-    can leave an earlier one unread (a piece that loaded it), so this repeats until nothing changes.
-    """
-
-    name = "DeadFoldedCatElimination"
-    pass_name = "splitcat"
-    stage = "pre_scheduler"
-
-    def rewrite(self, nodes: list[Any]) -> list[Any]:
-        from torch._inductor import ir
-        from torch._inductor.virtualized import V
-
-        from optimus_ir.lowering.split_cat import WRITTEN_BY_FOLDS
-
-        present = {op.get_operation_name() for op in nodes}
-        kept = set(V.graph.get_output_names()) | set(V.graph.mutated_buffers)
-        writers: dict[str, tuple[str, ...]] = {}  # cat → the operations that write it (its ConcatKernel, pieces)
-        buffers: dict[str, set[str]] = {}  # cat → its buffer and its pieces' buffers
-        for name in WRITTEN_BY_FOLDS.get(V.graph, {}):
-            concat = V.graph.name_to_buffer.get(name)
-            if not isinstance(concat, ir.ConcatKernel) or concat.get_operation_name() not in present:
-                continue
-            buffers[name] = {name} | {piece.get_name() for piece in concat.inputs}
-            writers[name] = (concat.get_operation_name(), *(piece.get_operation_name() for piece in concat.inputs))
-            if buffers[name] & kept:
-                del buffers[name], writers[name]
-        if not writers:
-            return nodes
-        reads = {op.get_operation_name(): set(op.get_read_names()) for op in nodes}
-        dead: set[str] = set()
-        changed = True
-        while changed:
-            changed = False
-            for name, own in writers.items():
-                if set(own) <= dead or any(
-                    names & buffers[name] for op, names in reads.items() if op not in own and op not in dead
-                ):
-                    continue
-                dead.update(own)
-                changed = True
-                V.graph.removed_buffers.update(buffers[name])
-                V.graph.removed_operations.update(own)
-                record(self.name, True, [name], f"unread after read-through; removed {list(own)}")
-        return [op for op in nodes if op.get_operation_name() not in dead]

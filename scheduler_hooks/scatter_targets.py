@@ -8,10 +8,10 @@ from typing import Any
 from torch._inductor.dependencies import WeakDep
 from torch._inductor.scheduler import SchedulerNode
 
-from optimus_ir.registry import SchedulerRule, record, register
+from optimus_ir.records import record
+from optimus_ir.rule import SchedulerRule, Stage
 
 
-@register
 class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
     """The kernel that fills a scatter's target waits (ordering only) for everything the scatter reads.
 
@@ -33,7 +33,7 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
 
     name = "ScatterTargetFilledAfterScatterInputs"
     pass_name = "horizontal"
-    stage = "pre_fusion"  # before any merge: fusion and the member-table groups keep the dependencies
+    stage = Stage.PRE_FUSION  # before any merge: fusion and the member-table groups keep the dependencies
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         if not nodes:  # a graph of views alone

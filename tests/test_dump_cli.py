@@ -66,19 +66,32 @@ def _cli(*args):
 
 def test_cli_report_on_a_user_function(tmp_path):
     out = _cli(
-        "report", "tests.cases:split64_relu_cat_reversed", "--inputs", "torch.randn(64, 4096)", "--dump", str(tmp_path)
+        "report", "optimus_ir.testing.golden_splitcat:split64_relu_cat_reversed", "--inputs", "torch.randn(64, 4096)", "--dump", str(tmp_path)
     )
-    assert "--- stock Inductor: 64 kernel launches" in out
-    assert "--- optimus_ir: 1 kernel launches" in out
+    assert "stock Inductor: 64 kernel launches" in out
+    assert "optimus_ir: 1 kernel launches" in out
     assert "FIRED    SplitCatToPointwise on cat" in out
-    assert "def triton_poi_fused_cat_relu_split_0(" in out
+    assert out.count("def triton_poi_fused_") == 1  # ours only: stock's 64 kernels with --stock-kernels
+    assert out.index("def triton_poi_fused_cat_relu_split_0(") < out.index("--- rewrites")
+    assert [line for line in out.splitlines() if line.startswith("=> ")] == [
+        "=> 64 → 1 kernel launches per call; fired: SplitCatToPointwise"
+    ]
     assert json.loads((tmp_path / "graph_0" / "summary.json").read_text())["launches"] == {"stock": 64, "optimus_ir": 1}
 
 
 def test_cli_demo_counts():
     out = _cli("demo", "--counts-only")
-    assert out.count("--- optimus_ir: 1 kernel launches") == 2
-    assert "--- stock Inductor: 64 kernel launches" in out
+    assert out.splitlines()[1:3] == [
+        "stock Inductor: 64 kernel launches, 64 distinct Triton kernels",
+        "optimus_ir: 1 kernel launches, 1 distinct Triton kernels",
+    ]
+    assert out.count("optimus_ir: 1 kernel launches") == 2
+    assert out.count("=> ") == 2 and out.strip().splitlines()[-1].startswith("=> 16 → 1 kernel launches per call")
+    assert "def triton_" not in out
+
+
+def test_cli_demo_prints_stock_kernels_only_when_asked():
+    assert _cli("demo", "--stock-kernels").count("def triton_poi_fused_") == 64 + 1 + 16 + 1
 
 
 def test_environment_variable_alone_turns_64_kernels_into_1(tmp_path):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
 
 RULE = "EmbeddingBagOfRegularBagsToReduction"
 

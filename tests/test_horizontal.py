@@ -17,11 +17,13 @@ import torch.nn.functional as F
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
 from optimus_ir import runtime
 from optimus_ir.runtime import MemberTable
-from optimus_ir.scheduler_hooks import horizontal
-from optimus_ir.scheduler_hooks.horizontal import IdenticalKernelsToMemberTableKernel, Structure
+from optimus_ir.scheduler_hooks.horizontal import allocation, buffers, group, memory, merging, planning
+from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.rule import IdenticalKernelsToMemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 
 from test_horizontal_random import run_compiled
 from wrapper_memory import peak_bytes
@@ -184,7 +186,7 @@ def test_readers_of_a_mix_order_reduction_are_left_to_stock_kernels():
             return sum((F.rms_norm(x, (1024,), w) * x).sum() for x, w in zip(xs, self.weights))
 
     inputs = tuple(torch.randn(16384, 1024, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    with mock.patch.object(horizontal, "_peak_memory", return_value=horizontal.MemoryEstimate(0, 0, {})):
+    with mock.patch.object(merging, "peak_memory", return_value=memory.MemoryEstimate(0, 0, {})):
         report = compile_report(RMSNorms().to(torch.bfloat16), inputs)
     assert not [r for r in _rejected(report) if "internal error" in r.detail]
     assert [r for r in _rejected(report) if "mix-order reduction" in r.detail]
@@ -372,9 +374,9 @@ def test_a_kernel_reading_one_members_own_size_is_not_used_for_the_group():
     rows, width = sympy.Symbol("s31", integer=True, positive=True), sympy.Symbol("s46", integer=True, positive=True)
     kernel = SimpleNamespace(args=SimpleNamespace(sizevars={rows * 4: "ks0"}))
     with pytest.raises(NotImplementedError, match="s31"):
-        horizontal._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
+        group._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
     kernel.args.sizevars = {width: "ks0"}
-    horizontal._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
+    group._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
 
 
 def _tanh_of_matmuls(w, *xs):
@@ -387,8 +389,8 @@ _TANH_OF_MATMULS_INPUTS = (torch.randn(64, 64), *[torch.randn(64, 64) for _ in r
 
 def test_merging_that_would_raise_peak_memory_is_split():
     stock = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes=None)
-    with mock.patch.object(horizontal, "_live_while_running", return_value=(0, 0)), mock.patch.object(
-        horizontal, "_peak_memory", wraps=horizontal._peak_memory
+    with mock.patch.object(merging, "live_while_running", return_value=(0, 0)), mock.patch.object(
+        merging, "peak_memory", wraps=merging.peak_memory
     ) as estimates:  # every group estimated
         report = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     whole = [r for r in _rejected(report) if "estimated peak memory" in r.detail]
@@ -402,13 +404,13 @@ def test_merging_that_would_raise_peak_memory_is_split():
 def test_a_group_whose_own_inputs_and_outputs_are_above_the_peak_is_split_without_an_estimate():
     # the four tanh with their four mm outputs (128 KiB) are above the peak of the stock order: no estimate of
     # that merge is needed to reject it; the estimate, made anyway, rejects it too, and the outcome is the same
-    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+    with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates:
         report = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     (screened,) = [r for r in _rejected(report) if r.detail.startswith("live while one kernel runs them")]
     assert len(screened.nodes) == 4 and "131072 bytes of their own inputs and outputs" in screened.detail
     tried = [r for r in report.rewrites if r.rule == RULE and (r.fired or "estimated peak memory" in r.detail)]
     assert [len(r.nodes) for r in tried] == [2, 2] and estimates.call_count == 1 + len(tried)
-    with mock.patch.object(horizontal, "_live_while_running", return_value=(0, 0)):
+    with mock.patch.object(merging, "live_while_running", return_value=(0, 0)):
         estimated = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     assert any(r.nodes == screened.nodes and "estimated peak memory" in r.detail for r in _rejected(estimated))
     assert _fired(estimated) == _fired(report) and len(estimated.launches) == len(report.launches)
@@ -417,11 +419,11 @@ def test_a_group_whose_own_inputs_and_outputs_are_above_the_peak_is_split_withou
 def test_memory_estimates_beyond_the_budget_leave_stock_kernels_with_the_reason():
     # the four tanh are rejected whole without an estimate; with a budget of two estimates of the schedule
     # (before, and after merging the first half), the second half is not tried
-    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+    with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates:
         compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     schedule = len(estimates.call_args_list[0].args[0])
-    with mock.patch.object(horizontal, "MAX_ESTIMATED_NODES", 2 * schedule), mock.patch.object(
-        horizontal, "_peak_memory", wraps=horizontal._peak_memory
+    with mock.patch.object(merging, "MAX_ESTIMATED_NODES", 2 * schedule), mock.patch.object(
+        merging, "peak_memory", wraps=merging.peak_memory
     ) as estimates:
         report = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     assert estimates.call_count == 2 and [len(r.nodes) for r in _fired(report)] == [2]
@@ -441,7 +443,7 @@ def test_memory_estimates_work_out_buffer_sizes_once_per_pass_and_freeable_input
     inputs = tuple(torch.randn(512, 8, 64) for _ in range(8))
     calls = {}
     for passes in (None, "horizontal"):
-        with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates, \
+        with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates, \
                 mock.patch.object(memory, "compute_size_for_scheduler_buffer",
                                   wraps=memory.compute_size_for_scheduler_buffer) as sizes, \
                 mock.patch.object(memory, "get_freeable_input_buf", wraps=memory.get_freeable_input_buf) as freeable:
@@ -502,7 +504,7 @@ def test_a_merge_may_not_raise_what_is_live_across_an_aten_fallback():
     (x,) = module.model.example_inputs(2, torch.float32, "cpu")
     report = compile_report(module, (x,))
     assert any("bytes across op" in r.detail for r in _rejected(report))
-    with mock.patch.object(horizontal, "_fallback_workspace", return_value=0):
+    with mock.patch.object(memory, "fallback_workspace", return_value=0):
         unguarded = compile_report(module, (x,))
     assert len(_fired(unguarded)) > len(_fired(report))
 
@@ -549,7 +551,7 @@ def test_a_backward_merge_may_not_keep_the_incoming_gradients_alive_longer():
         "12451840 bytes of their own inputs, outputs and incoming gradients, above the peak before where incoming "
         "gradients are freed after their last reader (8323072)"
     ) in _rejected(report)[0].detail
-    with mock.patch.object(horizontal, "_live_while_running", return_value=(0, 0)):
+    with mock.patch.object(merging, "live_while_running", return_value=(0, 0)):
         estimated = compile_report(fn, inputs, passes="horizontal")
     assert "8323072 → 12451840 bytes where the incoming gradients are freed after their last reader" in (
         _rejected(estimated)[0].detail
@@ -561,7 +563,7 @@ def test_more_members_than_the_limit_are_split_into_several_groups():
     def fn(*xs):
         return [torch.tanh(x) for x in xs]
 
-    with mock.patch.object(horizontal, "MAX_MEMBERS", 4):
+    with mock.patch.object(planning, "MAX_MEMBERS", 4):
         report = compile_report(fn, tuple(torch.randn(8, 32) for _ in range(10)), passes="horizontal")
     assert len(report.launches) == 3
     assert [len(r.nodes) for r in _fired(report)] == [4, 4, 2]
@@ -588,7 +590,7 @@ def test_codegen_error_falls_back_to_stock_kernels():
         return [torch.tanh(x) * 3 for x in xs]
 
     inputs = [torch.randn(16, 32) for _ in range(4)]
-    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
+    with mock.patch.object(MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
         actual, expected, records = _run_in_interpreter(fn, inputs)
     assert any("internal error in codegen" in r.detail and "boom" in r.detail for r in records)
     torch.testing.assert_close(actual, expected)
@@ -720,7 +722,7 @@ def test_full_reductions_merge_both_stages_with_their_small_buffers_in_one_alloc
 def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_stock_kernels():
     # the second stages' kernel fails to generate: their stock kernels read each partial sum by name, so the
     # regions are made tensors (and the allocation's name deleted) just before them
-    stock_numels = horizontal.MemberTableKernel.codegen_static_numels
+    stock_numels = MemberTableKernel.codegen_static_numels
 
     def second_stage_fails(kernel, code):
         if kernel.persistent_reduction:
@@ -728,7 +730,7 @@ def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_s
         return stock_numels(kernel, code)
 
     inputs = tuple(torch.randn(256, 512) for _ in range(12))
-    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", second_stage_fails):
+    with mock.patch.object(MemberTableKernel, "codegen_static_numels", second_stage_fails):
         report = compile_report(_full_sums, inputs, passes="horizontal")
         actual, expected, records = _run_in_interpreter(_full_sums, inputs)
     assert len(report.launches) == 13 and any("boom" in r.detail for r in records)
@@ -744,12 +746,12 @@ def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_s
 def test_a_group_rejected_by_the_estimate_waits_for_the_group_that_reads_its_outputs():
     # the first stages come first: alone they raise the estimate (their partial sums live beside 12 results of a
     # block each); once the second stages have merged (one allocation for the results), they merge whole
-    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+    with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates:
         report = compile_report(_full_sums, tuple(torch.randn(256, 512) for _ in range(12)), passes="horizontal")
     assert estimates.call_count == 4  # before; first stages; second stages; first stages again
     first, second = _fired(report)
     assert "1 each" in first.detail and "16 each" in second.detail  # rows of 1 partial sum each, then 16 each
-    with mock.patch.object(horizontal._GroupsToTry, "linked_to", return_value=False):
+    with mock.patch.object(merging.GroupsToTry, "linked_to", return_value=False):
         at_once = compile_report(_full_sums, tuple(torch.randn(256, 512) for _ in range(12)), passes="horizontal")
     assert "estimated peak memory 6656 → 7168 bytes" in _rejected(at_once)[0].detail and len(at_once.launches) == 3
 
@@ -759,7 +761,7 @@ def test_two_groups_that_raise_the_peak_alone_and_not_together_merge_together():
     # alone hold 48 partial sums of a block each with their results, above the peak: then both are tried at once
     inputs = tuple(torch.randn(256, 512) for _ in range(48))
     stock = compile_report(_full_sums, inputs, passes=None)
-    with mock.patch.object(horizontal, "_peak_memory", wraps=horizontal._peak_memory) as estimates:
+    with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates:
         report = compile_report(_full_sums, inputs, passes="horizontal")
     assert estimates.call_count == 3  # before; first stages; both stages at once
     assert len(report.launches) == 2 and not _rejected(report)
@@ -788,7 +790,7 @@ def test_a_training_steps_small_buffers_share_one_allocation_and_its_gradients_a
     assert backward.count(" if triton_poi_fused_mul_0_op0_sole[") == 6
     stock_forward, stock_backward = (peak_bytes(graph.wrapper) for graph in stock.graphs)
     assert (peak_bytes(forward), peak_bytes(backward)) == (4096, stock_backward) and stock_forward == 6656
-    with mock.patch.object(horizontal, "_saved_tensors_to_take_over", return_value={}):
+    with mock.patch.object(allocation, "saved_tensors_to_take_over", return_value={}):
         allocating = compile_report(fn, inputs, passes="horizontal")
     assert any("estimated peak memory 3072 → 4608 bytes" in r.detail for r in _rejected(allocating))
     gradients, _, _ = run_compiled(fn, inputs, horizontal=True, backward=True)
@@ -812,7 +814,7 @@ def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
     assert [len(graph.launches) for graph in stock.graphs] == [32, 32]
     assert [len(graph.launches) for graph in report.graphs] == [1, 1]
     assert peak_bytes(report.graphs[1].wrapper) <= peak_bytes(stock.graphs[1].wrapper)
-    with mock.patch.object(horizontal, "_saved_tensors_to_take_over", return_value={}):
+    with mock.patch.object(allocation, "saved_tensors_to_take_over", return_value={}):
         allocating = compile_report(_tanh_each, inputs, passes="horizontal")
     assert len(allocating.graphs[1].launches) == 32
 
@@ -841,7 +843,7 @@ def test_backward_outputs_are_written_over_saved_outputs_the_call_alone_holds():
 def test_under_cudagraph_trees_no_output_is_written_over_a_saved_tensor():
     # a replay runs what was recorded: a saved tensor the call alone held then may be the caller's now
     inputs = tuple(torch.randn(16, 32, requires_grad=True) for _ in range(4))
-    with mock.patch.object(horizontal, "_cudagraph_trees", return_value=True):
+    with mock.patch.object(buffers, "cudagraph_trees", return_value=True):
         report = compile_report(_tanh_each, inputs, passes="horizontal")
     assert "sole_holders" not in report.wrapper
     assert len(report.graphs[1].launches) == 4
@@ -1091,7 +1093,7 @@ def test_cuda_graph_compiles_make_their_tables_outside_the_graph_pools():
         return [torch.tanh(x) for x in xs]
 
     inputs = tuple(torch.randn(64, 64) for _ in range(4))
-    with mock.patch.object(horizontal, "_cudagraph_trees", return_value=True):  # (the virtual target captures none)
+    with mock.patch.object(buffers, "cudagraph_trees", return_value=True):  # (the virtual target captures none)
         report = compile_report(fn, inputs)
     assert len(report.launches) == 1
     assert re.search(r"= MemberTable\(.*, outside_graph_pools=True\)$", report.wrapper, re.M)

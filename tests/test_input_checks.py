@@ -16,9 +16,9 @@ from torch._inductor.graph import GraphLowering
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
 from optimus_ir.runtime import InputChecks, MemberTable
-from optimus_ir.scheduler_hooks import horizontal
+from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
 
 from golden import assert_golden
 
@@ -183,7 +183,7 @@ def test_inputs_updated_in_place_keep_inductors_alignment_check():
 
 
 def test_inputs_of_a_merged_kernel_that_fell_back_are_checked_by_inductor_again():
-    with mock.patch.object(horizontal.MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
+    with mock.patch.object(MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
         report, checked = _alignment_checked(tanh_scale_each, [torch.randn(64, 256) for _ in range(4)])
     assert len(report.launches) == 4 and checked == [0, 1, 2, 3]
     fired, again = [r for r in report.rewrites if r.rule == ALIGNMENT_RULE]

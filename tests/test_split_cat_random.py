@@ -17,7 +17,7 @@ import torch
 
 import optimus_ir
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
 
 CHAINS = range(48)
 

@@ -4,14 +4,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 import optimus_ir
-from optimus_ir import switch
-from optimus_ir.registry import recording
+from optimus_ir import passes, patches, switch
+from optimus_ir.records import recording
 
 
 def _run_python(code: str, **env: str) -> dict:
@@ -47,7 +49,7 @@ def test_unset_variable_touches_nothing():
     state = _run_python(_PROBE)
     assert state["inductor_imported"] is False
     # the entry point ran (optimus_ir.switch is imported) and did nothing else
-    assert state["our_modules"] == ["optimus_ir", "optimus_ir.switch"]
+    assert state["our_modules"] == ["optimus_ir", "optimus_ir.passes", "optimus_ir.switch", "optimus_ir.version"]
     assert state["enabled"] == []
     assert state["post_grad_pass"] == "NoneType"
 
@@ -69,12 +71,12 @@ def test_bad_variable_warns_and_leaves_torch_importable():
 
 
 def test_parse_passes():
-    assert switch.parse_passes("all") == set(switch.PASSES)
-    assert switch.parse_passes(" Splitcat , horizontal ") == {"splitcat", "horizontal"}
-    assert switch.parse_passes("off") == set()
-    assert switch.parse_passes(None) == set()
+    assert passes.parse_passes("all") == set(passes.PASSES)
+    assert passes.parse_passes(" Splitcat , horizontal ") == {"splitcat", "horizontal"}
+    assert passes.parse_passes("off") == set()
+    assert passes.parse_passes(None) == set()
     with pytest.raises(ValueError, match="nonsense"):
-        switch.parse_passes(["nonsense"])
+        passes.parse_passes(["nonsense"])
 
 
 def test_enable_disable_and_context_restore_every_hook():
@@ -105,6 +107,47 @@ def test_enable_disable_and_context_restore_every_hook():
     assert PythonWrapperCodegen.codegen_input_size_asserts is stock_asserts
     assert config._post_fusion_custom_pass is None
     assert config.joint_custom_post_pass is None
+
+
+def test_disable_puts_back_every_patched_object_and_enabling_twice_patches_once():
+    """Every replacement goes through ``patches.PATCHES``: after a compile with every pass and the dump on, each
+    replaced attribute and lowering is what it was before, and enabling again replaces nothing twice."""
+    import torch._inductor.config as config
+    from torch._inductor import memory
+    from torch._inductor.codegen.simd import SIMDScheduling
+    from torch._inductor.codegen.triton_combo_kernel import ComboKernel
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.lowering import lowerings
+
+    from optimus_ir.inspect import compile_report
+
+    watched = [
+        (config, "post_grad_custom_post_pass"), (config, "joint_custom_post_pass"),
+        (config, "_pre_fusion_custom_pass"), (config, "_post_fusion_custom_pass"),
+        (GraphLowering, "_update_scheduler"), (GraphLowering, "save_output_code"),
+        (PythonWrapperCodegen, "codegen_input_size_asserts"), (PythonWrapperCodegen, "codegen_free"),
+        (SIMDScheduling, "codegen_combo_kernel"), (ComboKernel, "__init__"),
+        (memory, "compute_size_for_scheduler_buffer"), (memory, "get_freeable_input_buf"),
+    ]
+    before = {(id(owner), name): getattr(owner, name) for owner, name in watched}
+    stock_lowerings = dict(lowerings)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPTIMUS_IR_DUMP", str(Path(tempfile.mkdtemp())))
+        with optimus_ir.enabled():
+            compile_report(_split_relu_cat, (torch.randn(4, 96),), passes="all")
+            optimus_ir.enable()  # again: nothing is replaced twice
+            config.post_grad_custom_post_pass(torch.fx.Graph())
+            applied = patches.PATCHES.applied()
+            keys = [(id(a.owner), a.name) for a in applied]
+            assert len(keys) == len(set(keys))
+            assert {(id(owner), name) for owner, name in watched[:-3]} <= set(keys)
+            for a in applied:  # each replacement wraps the original, never one of ours
+                assert a.original is not a.replacement
+    assert patches.PATCHES.applied() == []
+    for owner, name in watched:
+        assert getattr(owner, name) is before[(id(owner), name)], name
+    assert dict(lowerings) == stock_lowerings
 
 
 def test_user_post_grad_pass_is_chained_and_keyed():
@@ -158,8 +201,8 @@ def test_cache_keys_separate_passes_and_package_versions(tmp_path, monkeypatch):
         with optimus_ir.enabled("splitcat"):
             assert compile_once() == (0, 0, True)  # passes on: a miss, and the rule ran
             assert compile_once()[:2] != (0, 0)  # same passes: a hit
-            switch.package_identity.cache_clear()
-            monkeypatch.setattr(switch, "package_identity", lambda: "0.0.0+older")
+            patches.package_identity.cache_clear()
+            monkeypatch.setattr(patches, "package_identity", lambda: "0.0.0+older")
             assert compile_once() == (0, 0, True)  # another optimus_ir: a miss
         assert compile_once()[:2] != (0, 0)  # off again: the stock entry is served
 

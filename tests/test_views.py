@@ -9,7 +9,7 @@ import optimus_ir
 from optimus_ir import index_math, registry
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
 
 VIEW = "CatOfTilingSlicesToView"
 SLICE = "SliceOfCatToInput"

@@ -1,0 +1,115 @@
+"""How rules run: each driver applies the enabled rules of one stage in order, records their decisions, and falls
+back to what stock Inductor does where a rule rejects or raises. A compile never fails because of a rule.
+
+The drivers are handed the rules (``optimus_ir.registry.RULES``, filtered by stage) by :mod:`optimus_ir.patches`,
+which puts them where Inductor calls them.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from optimus_ir.passes import enabled_passes
+from optimus_ir.records import record
+from optimus_ir.rule import LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
+
+__all__ = ["LoweringDriver", "prepare_joint_graph", "run_scheduler_rules", "run_wrapper_rules", "stock_lowering"]
+
+log = logging.getLogger("optimus_ir")
+
+
+class LoweringDriver:
+    """Stands in ``lowerings[op]``: tries the enabled rules for ``op`` in order, else the stock lowering."""
+
+    def __init__(self, op: Any, stock: Callable[..., Any], rules: Sequence[LoweringRule]) -> None:
+        self.op = op
+        self.stock = stock
+        self.rules = list(rules)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from torch._inductor.virtualized import V
+
+        active = [r for r in self.rules if r.pass_name in enabled_passes()]
+        if not active:
+            return self.stock(*args, **kwargs)
+        fx_node = V.graph.current_node if V.graph is not None else None
+        nodes = (fx_node.name,) if fx_node is not None else (str(self.op),)
+        for rule in active:
+            try:
+                result, detail = rule.rewrite(*args, **kwargs)
+            except NotApplicable:
+                continue
+            except Reject as reason:
+                record(rule.name, False, nodes, str(reason))
+            except Exception as error:  # a rule must never fail a compile
+                log.warning("optimus_ir rule %s raised; using stock lowering", rule.name, exc_info=True)
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
+            else:
+                record(rule.name, True, nodes, detail)
+                return result
+        return self.stock(*args, **kwargs)
+
+
+def stock_lowering(op: Any) -> Callable[..., Any]:
+    """Inductor's own lowering of ``op`` (what ``lowerings[op]`` held before a driver took its place)."""
+    from torch._inductor.lowering import lowerings
+
+    lowering = lowerings[op]
+    return lowering.stock if isinstance(lowering, LoweringDriver) else lowering
+
+
+def prepare_joint_graph(rules: Sequence[LoweringRule], graph: Any) -> None:
+    """``config.joint_custom_post_pass``: each enabled lowering rule prepares the joint graph (never fails)."""
+    for rule in rules:
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            rule.prepare_joint_graph(graph)
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised preparing the joint graph", rule.name, exc_info=True)
+            record(rule.name, False, ["<joint graph>"], f"internal error {error!r} preparing the joint graph")
+
+
+def run_scheduler_rules(rules: Sequence[SchedulerRule], nodes: list[Any]) -> list[Any]:
+    """Run the enabled ``rules`` (of one stage) in order; a rule that raises leaves the nodes as they were.
+
+    Each rule's seconds go to Inductor's compile-time metrics as ``optimus_ir.<rule name>``
+    (``torch._dynamo.utils.compile_times()``, beside ``Scheduler.__init__`` that contains them)."""
+    from torch._dynamo.utils import dynamo_timed
+
+    for rule in rules:
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            with dynamo_timed(f"optimus_ir.{rule.name}"):
+                nodes = rule.rewrite(nodes)
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised; nodes left as they were", rule.name, exc_info=True)
+            record(rule.name, False, ["<scheduler>"], f"internal error {error!r}; nodes left as they were")
+    return nodes
+
+
+def run_wrapper_rules(rules: Sequence[WrapperRule], wrapper: Any, lines: list[str]) -> list[str]:
+    """Run the enabled ``rules`` in order on ``lines``; a rule that rejects or raises leaves them as they were."""
+    from torch._inductor.virtualized import V
+
+    for rule in rules:
+        if rule.pass_name not in enabled_passes():
+            continue
+        try:
+            lines, inputs, detail = rule.rewrite(wrapper, lines)
+        except NotApplicable:
+            continue
+        except Reject as reason:
+            record(rule.name, False, V.graph.graph_input_names, str(reason))
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised; wrapper lines left as they were", rule.name, exc_info=True)
+            record(rule.name, False, V.graph.graph_input_names,
+                   f"internal error {error!r}; wrapper lines left as they were")
+        else:
+            record(rule.name, True, inputs, detail)
+    return lines

@@ -1,0 +1,65 @@
+"""Everything the rules pass between stages of one graph's compile, in one typed object.
+
+A lowering rule learns things that a scheduler rule needs later (which kernels to group, which cats were written
+through folds), and a scheduler rule things its kernel's codegen and the wrapper need. They all go through the
+:class:`GraphState` of the graph being compiled, made the first time a rule asks for it and dropped with the graph:
+the one map below is weak in Inductor's ``GraphLowering`` object, and nothing is stored on Inductor's objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+__all__ = ["GraphState", "current", "existing", "state_of"]
+
+
+@dataclasses.dataclass
+class GraphState:
+    """The per-graph facts one rule leaves for another (the producer and the consumer of each named below)."""
+
+    #: ``CatOfTilingSlicesToView`` → the slice rules: each FX cat node's lowered inputs
+    cat_inputs: dict[Any, list[Any]] = dataclasses.field(default_factory=dict)
+    #: the slice rules → ``UnreadConcatElimination``: cats whose slices now read the cat's inputs
+    redirected_cats: set[str] = dataclasses.field(default_factory=set)
+    #: the view rules, once per graph: each FX node some op may write into → that op
+    written_nodes: dict[Any, Any] | None = None
+    #: ``SplitCatToPointwise`` → ``PieceGroupToComboKernel``: buffer names to put in one kernel, per cat
+    piece_groups: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+    #: ``SplitCatToPointwise`` → later pieces, ``CatConsumerIntoPieces``, ``DeadFoldedCatElimination``: the cat
+    #: outputs written through folds, buffer name → (folds, size, stride, cat dim)
+    written_by_folds: dict[str, tuple[list[Any], list[Any], list[Any], int]] = dataclasses.field(default_factory=dict)
+    #: the horizontal merges, once per graph: each graph input → the names of the (unfused) nodes that read it
+    input_readers: dict[str, Any] | None = None
+    #: ``InputAlignmentCheckedByMemberTables`` → the merged kernels' codegen: inputs whose alignment the member
+    #: tables check, by their index among the graph's inputs
+    alignment_in_tables: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: the merged kernels' codegen → the wrapper's frees: by wrapper, its regions of one allocation
+    #: (``scheduler_hooks.horizontal.allocation.RegionsOfAllocations``)
+    regions: dict[Any, Any] = dataclasses.field(default_factory=dict)
+
+
+_STATES: weakref.WeakKeyDictionary[Any, GraphState] = weakref.WeakKeyDictionary()
+
+
+def state_of(graph: Any) -> GraphState:
+    """The state of ``graph`` (Inductor's ``GraphLowering``, or an FX graph where none is being lowered)."""
+    state = _STATES.get(graph)
+    if state is None:
+        state = _STATES[graph] = GraphState()
+    return state
+
+
+def current() -> GraphState:
+    """The state of the graph Inductor is compiling now (``V.graph``)."""
+    from torch._inductor.virtualized import V
+
+    return state_of(V.graph)
+
+
+def existing() -> GraphState | None:
+    """The state of the graph Inductor is compiling now, where a rule made one."""
+    from torch._inductor.virtualized import V
+
+    return _STATES.get(V.graph)

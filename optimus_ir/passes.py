@@ -1,0 +1,70 @@
+"""The pass names, and which passes the rules must apply right now.
+
+This is state of the process, not of a graph: :mod:`optimus_ir.switch` sets it, every rule driver reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
+
+__all__ = ["PASSES", "enabled_passes", "parse_passes", "set_enabled", "suspended"]
+
+#: Every pass, by the name users give in ``OPTIMUS_IR`` / :func:`optimus_ir.enable`.
+PASSES: tuple[str, ...] = ("splitcat", "horizontal")
+
+ON_WORDS = frozenset({"1", "all", "on", "true", "yes"})
+OFF_WORDS = frozenset({"", "0", "none", "off", "false", "no"})
+
+_enabled: frozenset[str] = frozenset()
+_suspended = contextvars.ContextVar("optimus_ir_suspended", default=False)
+
+
+def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str]:
+    """Turn ``"all"``, ``"0"``, ``"splitcat,horizontal"``, a list of names, or None into a set of pass names.
+
+    Raises ValueError for an unknown pass name.
+    """
+    if spec is None:
+        return frozenset()
+    if isinstance(spec, str):
+        word = spec.strip().lower()
+        if word in ON_WORDS:
+            return frozenset(PASSES)
+        if word in OFF_WORDS:
+            return frozenset()
+        spec = [name.strip() for name in word.split(",") if name.strip()]
+    names = frozenset(spec)
+    unknown = sorted(names - set(PASSES))
+    if unknown:
+        raise ValueError(f"unknown optimus_ir pass(es) {unknown}; known: {list(PASSES)}")
+    return names
+
+
+def set_enabled(passes: frozenset[str]) -> None:
+    global _enabled
+    _enabled = passes
+
+
+def configured_passes() -> frozenset[str]:
+    """The passes enabled by the switch (also inside :func:`suspended`)."""
+    return _enabled
+
+
+def enabled_passes() -> frozenset[str]:
+    """The passes the rules must apply right now (none inside :func:`suspended`)."""
+    return frozenset() if _suspended.get() else _enabled
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within the block every rule falls back to stock Inductor; hooks stay installed, nothing is reconfigured.
+
+    Used to lower a graph a second time, stock, in the middle of a compile (the dump's "without" side).
+    """
+    token = _suspended.set(True)
+    try:
+        yield
+    finally:
+        _suspended.reset(token)

@@ -1,0 +1,210 @@
+"""Every change optimus_ir makes to Inductor, installed and undone here and nowhere else.
+
+While a pass is enabled, once ``torch._inductor.config`` is imported (:func:`install_config_hooks`):
+
+- ``config.post_grad_custom_post_pass``: an :class:`OptimusGraphPass` whose ``uuid()`` holds the package identity
+  (version and a hash of its sources) and the enabled passes. It is the hook Inductor puts in its FX-graph and
+  AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. Its
+  first call (a cache miss, just before lowering) installs the compile hooks below;
+- ``config.joint_custom_post_pass`` (keyed the same way): the lowering rules' preparation of the joint graph;
+- ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
+  scheduler rules before and after Inductor's fusion.
+
+Each chains whatever the user had installed there. Then (:func:`install_compile_hooks`), where Inductor has no
+hook: the lowering of each op that has rules (``torch._inductor.lowering.lowerings[op]``), the rules that edit the
+lowered operations before the scheduler is built (``GraphLowering._update_scheduler``), the wrapper rules
+(``PythonWrapperCodegen.codegen_input_size_asserts``), the codegen of our group nodes
+(``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
+(``PythonWrapperCodegen.codegen_free``) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
+(``GraphLowering.save_output_code``).
+
+:func:`uninstall` puts back every original object. Installing twice changes nothing the second time. The
+replacements themselves, these and the few that last one block of a rule, go through
+:data:`optimus_ir.patching.PATCHES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from optimus_ir import drivers, dump, graph_state, passes
+from optimus_ir.patching import PATCHES
+from optimus_ir.rule import Stage
+
+__all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", "uninstall"]
+
+
+
+@functools.cache
+def package_identity() -> str:
+    """Version plus a hash of every source file of the package: changes whenever our code does."""
+    from optimus_ir.version import __version__
+
+    digest = hashlib.sha256()
+    packages = ("optimus_ir", "optimus_ir.lowering", "optimus_ir.scheduler_hooks")
+    roots = [Path(p).resolve() for name in packages for p in importlib.util.find_spec(name).submodule_search_locations]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:16]}"
+
+
+@functools.cache
+def _pass_classes() -> tuple[type, type, type]:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class _Keyed(CustomGraphPass):
+        """A config hook whose ``uuid()`` carries optimus_ir's identity into Inductor's cache keys; it runs the
+        pass that was installed before ours first."""
+
+        def __init__(self, chained: Any) -> None:
+            self.chained = chained
+
+        def uuid(self) -> Any:
+            chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
+            enabled = tuple(sorted(passes.configured_passes()))
+            return ("optimus_ir", type(self).__name__, package_identity(), enabled, chained)
+
+    class OptimusGraphPass(_Keyed):
+        """``post_grad_custom_post_pass``: changes no FX node (the rewrites happen in lowering and scheduling);
+        makes sure the compile hooks are installed, just before lowering."""
+
+        def __call__(self, graph: Any) -> None:
+            if self.chained is not None:
+                self.chained(graph)
+            install_compile_hooks()
+
+    class OptimusPreFusionPass(_Keyed):
+        """``_pre_fusion_custom_pass``: the scheduler rules that run before Inductor's fusion."""
+
+        def __call__(self, nodes: list[Any]) -> list[Any]:
+            from optimus_ir import registry
+
+            if self.chained is not None:
+                nodes = self.chained(nodes)
+            return drivers.run_scheduler_rules(registry.rules_of(Stage.PRE_FUSION), nodes)
+
+    class OptimusJointPass(_Keyed):
+        """``joint_custom_post_pass``: the rules' preparation of the joint forward + backward graph, before the
+        partition (a backward rule cannot see how the forward made a saved tensor)."""
+
+        def __call__(self, graph: Any) -> None:
+            from optimus_ir import registry
+
+            if self.chained is not None:
+                self.chained(graph)
+            drivers.prepare_joint_graph(registry.lowering_rules(), graph)
+
+    return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
+
+
+def post_fusion_pass(nodes: list[Any]) -> list[Any]:
+    """``config._post_fusion_custom_pass`` (Inductor keys it by qualified name): the post-fusion scheduler rules."""
+    import torch._inductor.config as config
+
+    from optimus_ir import registry
+
+    chained = PATCHES.original(config, "_post_fusion_custom_pass")
+    if chained is not None:
+        nodes = chained(nodes)
+    return drivers.run_scheduler_rules(registry.rules_of(Stage.POST_FUSION), nodes)
+
+
+def install_config_hooks() -> None:
+    """The config hooks (cache-keyed); the compile hooks wait for the first compile."""
+    import torch._inductor.config as config
+
+    post_grad, pre_fusion, joint = _pass_classes()
+    PATCHES.replace(config, "post_grad_custom_post_pass", post_grad)
+    PATCHES.replace(config, "_pre_fusion_custom_pass", pre_fusion)
+    PATCHES.replace(config, "joint_custom_post_pass", joint)
+    PATCHES.replace(config, "_post_fusion_custom_pass", lambda _: post_fusion_pass)
+
+
+def install_compile_hooks() -> None:
+    """The lowering overrides and the method replacements (imports ``torch._inductor.lowering``)."""
+    from torch._inductor.codegen.simd import SIMDScheduling
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.lowering import lowerings
+
+    from optimus_ir import registry
+
+    by_op: dict[Any, list[Any]] = {}
+    for rule in registry.lowering_rules():
+        for op in rule.op if isinstance(rule.op, tuple) else (rule.op,):
+            by_op.setdefault(op, []).append(rule)
+    for op, rules in by_op.items():
+        PATCHES.replace(lowerings, op, functools.partial(drivers.LoweringDriver, op, rules=rules), item=True)
+    PATCHES.replace(GraphLowering, "_update_scheduler", _with_pre_scheduler_rules)
+    PATCHES.replace(PythonWrapperCodegen, "codegen_input_size_asserts", _with_wrapper_rules)
+    PATCHES.replace(PythonWrapperCodegen, "codegen_free", _with_regions_freed)
+    PATCHES.replace(SIMDScheduling, "codegen_combo_kernel", _with_group_kernels)
+    if dump.dump_dir() is not None:
+        PATCHES.replace(GraphLowering, "save_output_code", lambda stock: staticmethod(dump.output_code_hook(stock)))
+        dump.start()
+
+
+def uninstall() -> None:
+    """Put back everything :func:`install_config_hooks` and :func:`install_compile_hooks` replaced."""
+    PATCHES.undo()
+    dump.stop()
+
+
+def _with_pre_scheduler_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
+    from optimus_ir import registry
+
+    @functools.wraps(stock)
+    def _update_scheduler(graph: Any) -> None:
+        graph.operations = drivers.run_scheduler_rules(registry.rules_of(Stage.PRE_SCHEDULER), graph.operations)
+        stock(graph)
+
+    return _update_scheduler
+
+
+def _with_wrapper_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
+    from optimus_ir import registry
+
+    @functools.wraps(stock)
+    def codegen_input_size_asserts(wrapper: Any) -> None:
+        from torch._inductor.utils import IndentedBuffer
+
+        prefix, wrapper.prefix = wrapper.prefix, IndentedBuffer()
+        try:
+            stock(wrapper)
+            lines = wrapper.prefix.getvalue().splitlines()
+        finally:
+            wrapper.prefix = prefix
+        for line in drivers.run_wrapper_rules(registry.wrapper_rules(), wrapper, lines):
+            prefix.writeline(line)
+
+    return codegen_input_size_asserts
+
+
+def _with_regions_freed(stock: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    @functools.wraps(stock)
+    def codegen_free(wrapper: Any, buffer: Any) -> None:
+        state = graph_state.existing()
+        regions = None if state is None else state.regions.get(wrapper)
+        if regions is None or not regions.free(buffer):
+            stock(wrapper, buffer)
+
+    return codegen_free
+
+
+def _with_group_kernels(stock: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
+
+    @functools.wraps(stock)
+    def codegen_combo_kernel(backend: Any, node: Any) -> None:
+        if isinstance(node, GroupKernelNode):
+            return node.codegen(backend, stock)
+        return stock(backend, node)
+
+    return codegen_combo_kernel

@@ -1,0 +1,84 @@
+"""What a rule is: its stage, its base class, and how it says that it does not apply.
+
+A rule is one small class with a docstring that shows the IR before and after. By stage:
+
+- :class:`LoweringRule` (``Stage.LOWERING``) replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs
+  it recognizes. Its ``rewrite`` returns ``(ir_result, what_it_did)`` or raises :class:`Reject` with the reason; the
+  driver then tries the next rule and finally the stock lowering.
+- :class:`SchedulerRule` rewrites the graph's operations before the scheduler is built
+  (``Stage.PRE_SCHEDULER``), or the scheduler's node list before (``Stage.PRE_FUSION``) or after
+  (``Stage.POST_FUSION``) Inductor's own fusion. Its ``rewrite`` returns the new list and reports through
+  :func:`optimus_ir.records.record`.
+- :class:`WrapperRule` (``Stage.WRAPPER``) rewrites the lines Inductor writes into a graph's Python wrapper for its
+  inputs' checks. Its ``rewrite`` returns ``(lines, inputs_concerned, what_it_did)`` or raises :class:`Reject`.
+
+The rules, in the order they are tried, are listed once: ``optimus_ir.registry.RULES``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+__all__ = ["LoweringRule", "NotApplicable", "Reject", "SchedulerRule", "Stage", "WrapperRule"]
+
+
+class Stage(enum.Enum):
+    """Where in Inductor's compile a rule runs, in compile order."""
+
+    LOWERING = "lowering"  # in place of an aten op's lowering (and, before it, on the joint graph)
+    PRE_SCHEDULER = "pre_scheduler"  # on ``V.graph.operations``, before the scheduler traces their bodies
+    PRE_FUSION = "pre_fusion"  # on the scheduler's nodes, before Inductor's fusion
+    POST_FUSION = "post_fusion"  # on the scheduler's nodes, after Inductor's fusion
+    WRAPPER = "wrapper"  # on the lines of the wrapper that check the graph's inputs
+
+
+class Reject(Exception):
+    """Raised by a rule that does not apply; the message says why (it goes to the dump)."""
+
+
+class NotApplicable(Reject):
+    """Raised by a rule for inputs that are not of its kind at all (a slice of something that is not a cat): the
+    driver moves on without recording it, so the dump lists the decisions about real candidates only."""
+
+
+class LoweringRule:
+    """Base of rules that take over the lowering of one aten op for the inputs they recognize."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+    stage: ClassVar[Stage] = Stage.LOWERING
+    op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over, or a tuple of them
+
+    def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+        raise NotImplementedError
+
+    def prepare_joint_graph(self, graph: Any) -> None:
+        """Before the partitioner splits the joint forward + backward FX graph: record in ``node.meta`` the facts
+        only it shows, for ``rewrite`` to read when the backward is lowered on its own (the partitioner copies
+        ``meta``), and make the backward stop reading what ``rewrite`` will not need (so that the forward need not
+        save it). Anything changed must compute the same values. Default: nothing."""
+
+
+class SchedulerRule:
+    """Base of rules that rewrite the operations or scheduler nodes of a graph (see :class:`Stage`)."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+    stage: ClassVar[Stage] = Stage.POST_FUSION
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        raise NotImplementedError
+
+
+class WrapperRule:
+    """Base of rules that rewrite the lines of a graph's Python wrapper that check its inputs (what
+    ``PythonWrapperCodegen.codegen_input_size_asserts`` writes at the start of ``call``)."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+    stage: ClassVar[Stage] = Stage.WRAPPER
+
+    def rewrite(self, wrapper: Any, lines: list[str]) -> tuple[list[str], list[str], str]:
+        raise NotImplementedError
+

@@ -1,0 +1,1 @@
+"""Horizontal merges: see :mod:`optimus_ir.scheduler_hooks.horizontal.rule`."""

@@ -1,0 +1,334 @@
+"""Allocation planning of a merged group: members' buffers made as regions of one allocation, outputs written over
+saved tensors the call alone holds, and the wrapper's bookkeeping of those regions."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import sympy
+import torch
+from torch._inductor import config, ir
+from torch._inductor.dependencies import StarDep
+from torch._inductor.scheduler import SchedulerNode
+from torch._inductor.utils import is_nonfreeable_buffers
+from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
+
+from optimus_ir.graph_state import current as graph_state
+from optimus_ir.scheduler_hooks.horizontal import buffers
+from optimus_ir.scheduler_hooks.horizontal.buffers import is_tangent, kernel_local
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK
+
+@dataclasses.dataclass(frozen=True)
+class OneAllocation:
+    """The members' buffers of one slot as regions of one allocation, each starting 16-byte aligned (as Inductor
+    assumes of every buffer), in the order of ``names``: end to end along the first dimension (``rows``: the row
+    count of each; ``padding``: the rows left unused after each, where a region is not a multiple of 16 bytes),
+    or, members of one shape, one region at the start of each row of a ``[N, row]`` allocation (``rows`` None;
+    ``region``: their shape)."""
+
+    names: tuple[str, ...]
+    shape: tuple[int, ...]  # of the allocation
+    rows: tuple[int, ...] | None
+    region: tuple[int, ...]
+    starts: tuple[int, ...]  # where each region starts, in bytes
+    nbytes: int
+    dtype: torch.dtype
+    device: torch.device
+    padding: tuple[int, ...] | None = None
+
+
+def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
+    """By slot, the members' buffers that are made as one :class:`OneAllocation` (in the order of ``members``):
+
+    - outputs an inference graph returns: one allocation and one split per call instead of an allocation per
+      member (below autograd's view tracking, ``runtime.tensors_of``: the host work per call stops growing per
+      member);
+    - buffers that other kernels read, each smaller than the CUDA caching allocator's 512-byte block, which it
+      would round each of them up to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of
+      blocks for 768 bytes). The allocation lives until the last reader of any of them is done.
+
+    Not a training graph's outputs: what becomes of them is beyond this graph's estimates (a forward's are saved
+    for the backward, which frees each after its last use; a backward's gradients are accumulated into the
+    parameters' ``.grad`` one by one). Sharing one allocation, even small ones held memory that stock's had freed
+    (``docs/design.md``).
+
+    Not under cudagraph trees: there a replay allocates nothing, and returning views of one storage cost more host
+    time per call than separate tensors.
+
+    Only the members' own buffers (not an input updated in place, not written at an offset into another buffer), of
+    static contiguous layouts and no elements of their own left out (a buffer only its own kernel reads is never
+    allocated)."""
+    if structures[0].numel_expr is not None or buffers.cudagraph_trees():
+        return {}
+    scheduler = members[0].scheduler
+    outputs = OrderedSet(V.graph.get_output_names())
+    allocations = {}
+    for slot in range(len(structures[0].slots)):
+        names = tuple(s.slots[slot] for s in structures)
+        if any(s.offsets[slot] for s in structures) or not all(
+            name in member.get_buffer_names() and name not in V.graph.removed_buffers
+            for name, member in zip(names, members)
+        ):
+            continue
+        returned = {name in outputs for name in names}
+        member_buffers = [scheduler.name_to_buf[name] for name in names]
+        if len(returned) > 1 or returned == {False} and any(
+            kernel_local(scheduler, buf, outputs) for buf in member_buffers
+        ):
+            continue
+        if returned == {True} and not V.graph.is_inference:
+            continue  # see the docstring
+        layouts = [buf.node.get_output_spec() for buf in member_buffers]
+        if not all(
+            type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts
+        ):
+            continue
+        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in layout.size):
+            continue
+        shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
+        itemsize = layouts[0].dtype.itemsize
+        sizes = [math.prod(shape) * itemsize for shape in shapes]
+        if 0 in sizes or returned == {False} and max(sizes) >= ALLOCATION_BLOCK:
+            continue
+        padding = None
+        if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
+            rows = tuple(shape[0] for shape in shapes)
+            shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
+            region, nbytes = shapes[0][1:], sum(sizes)
+        elif len(set(shapes)) == 1:
+            row = -(-sizes[0] // 16) * 16
+            rows, shape, region = None, (len(names), row // itemsize), shapes[0]
+            starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
+        elif all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
+            # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
+            # followed by the rows that make it a multiple of 16 bytes
+            row_bytes = math.prod(shapes[0][1:]) * itemsize
+            rows = tuple(shape[0] for shape in shapes)
+            padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
+            lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
+            shape = (sum(rows) + sum(padding), *shapes[0][1:])
+            region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
+        else:
+            continue
+        allocations[slot] = OneAllocation(
+            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding
+        )
+    return allocations
+
+
+def saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAllocation]) -> dict[str, str]:
+    """By output of a member: the backward's saved tensor that the output is written over, where the call alone
+    holds that tensor (``runtime.sole_holders``, at run time); where not, the output is allocated as before.
+
+    Stock kernels free each saved tensor after its last reader, and write an output over a saved tensor that
+    AOTAutograd donates (``decide_inplace_update``). A merged kernel allocates all its members' outputs before any
+    saved tensor is freed: for the backward of 128 ``tanh`` (each reads its saved output and writes a gradient of
+    that size) 127 gradients more at once. Where the saved tensors are not donated (the forward returned them: the
+    caller may hold them through the backward, or not), the memory check kept such groups apart. Written over what
+    it reads, the merged kernel holds no more than stock's in either case: where the call alone holds a saved
+    tensor, stock frees it after its kernel, and the merged kernel writes over it; where the caller holds it,
+    stock's frees nothing, and the merged kernel allocates, as stock's does.
+
+    Before (a member's lines in the wrapper)::
+
+        buf3 = empty_strided_cuda((256, 512), (512, 1), torch.float32)
+
+    After::
+
+        triton_poi_0_sole = sole_holders((tanh_3, ...))
+        buf3 = tanh_3 if triton_poi_0_sole[0] else empty_strided_cuda((256, 512), (512, 1), torch.float32)
+
+    A saved tensor qualifies as Inductor's donated ones do (its one reader is this member, which reads it at the
+    index where it writes the output, ``SchedulerNode.can_inplace``, once; the layouts match; not a graph output,
+    not updated in place), and not where the wrapper allocates nothing itself: under cudagraph trees, where a
+    replay would write over whoever holds it then, in one allocation of the members' outputs, or under Inductor's
+    memory planning (``config.memory_planning``, which plans every allocation line itself)."""
+    if buffers.cudagraph_trees() or not config.inplace_buffers or config.memory_planning:
+        return {}
+    readers = _readers_of_inputs(members[0].scheduler)
+    outputs = OrderedSet(V.graph.get_output_names())
+    in_one_allocation = {name for allocation in allocations.values() for name in allocation.names}
+    taken: dict[str, str] = {}
+    for member in members:
+        own = OrderedSet(snode.get_name() for snode in member.get_nodes())
+        accesses = collections.Counter(
+            dep.name for dep in OrderedSet(
+                dep for snode in member.get_nodes() for dep in snode.read_writes.reads_and_writes()
+            )
+        )
+        for snode in member.get_nodes():
+            if not isinstance(snode, SchedulerNode):
+                continue
+            for buf in snode.get_outputs():
+                node, name = buf.node, buf.get_name()
+                layout = node.get_output_spec()
+                if (
+                    name in in_one_allocation or name in V.graph.removed_buffers or type(layout) is not ir.FixedLayout
+                    or not node.should_allocate() or node.get_inputs_that_alias_output() or node.get_mutation_names()
+                    or kernel_local(member.scheduler, buf, outputs)
+                ):
+                    continue
+                for dep in snode.read_writes.reads:
+                    value = V.graph.graph_inputs.get(dep.name)
+                    if (
+                        isinstance(value, ir.TensorBox) and dep.name not in taken.values() and accesses[dep.name] == 1
+                        and not is_tangent(dep.name) and not is_nonfreeable_buffers(StarDep(dep.name))
+                        and dep.name not in outputs and dep.name not in V.graph.mutated_inputs
+                        and readers.get(dep.name, OrderedSet()) <= own and snode.can_inplace(dep)
+                        and _same_layout(value.get_output_spec(), layout)
+                    ):
+                        taken[name] = dep.name
+                        break
+    return taken
+
+
+def _readers_of_inputs(scheduler: Any) -> dict[str, OrderedSet[str]]:
+    """By graph input: the names of the scheduler nodes (unfused) that read it, worked out once per graph."""
+    state = graph_state()
+    if state.input_readers is None:
+        readers: dict[str, OrderedSet[str]] = collections.defaultdict(OrderedSet)
+        for node in scheduler.nodes:
+            for snode in node.get_nodes():
+                for dep in snode.read_writes.reads:
+                    if dep.name in V.graph.graph_inputs:
+                        readers[dep.name].add(snode.get_name())
+        state.input_readers = dict(readers)
+    return state.input_readers
+
+
+def _same_layout(saved: Any, output: ir.Layout) -> bool:
+    """Whether a saved tensor's layout is one an output can be written over: the same dtype, device, sizes,
+    strides and offset."""
+    return (
+        isinstance(saved, ir.Layout) and saved.dtype == output.dtype and saved.device == output.device
+        and list(saved.size) == list(output.size) and list(saved.stride) == list(output.stride)
+        and saved.offset == output.offset
+    )
+
+
+class RegionsOfAllocations:
+    """The regions of one allocation (:func:`one_allocations`) in one graph's wrapper code.
+
+    The allocation is one line (``out1 = empty_strided_cuda((32, ), ...)``). Its regions become tensors of their
+    own (``buf0, buf2, = tensors_of(out1, (16, 16))``) only where code needs them as tensors: a graph
+    output, a stock kernel, anything but a merged kernel whose table reads all its members of that slot from this
+    allocation. Where merged kernels are their only readers (a split reduction's partial sums, read by the merged
+    second stages), the readers' tables are given the allocation and where each member's region starts in it, and
+    the allocation is deleted after the last region's last use::
+
+        out1 = empty_strided_cuda((32, ), (1, ), torch.float32)      out1 = empty_strided_cuda((32, ), ...)
+        buf0, buf2, = tensors_of(out1, (16, 16))                      first_now = first(x, y, out1)
+        first_now = first(x, y, out1)                          ->     ...
+        del out1                                                      second_now = second(out1, ...)
+        ...                                                           del out1
+        second_now = second(buf0, buf2, ...)
+        del buf0
+        del buf2
+
+    A call then makes no tensor per member, reads no address per member and frees no tensor per member.
+
+    Regions are never reused: each is freed by a plain ``del`` at its last use, where Inductor's wrapper would keep
+    it for a later allocation of its size (``AllocateLine.plan``) or a kernel would write its output over it
+    (``decide_inplace_update``). A buffer that took a region over would hold the whole allocation: a training
+    forward's loss, a 0-d output, kept the whole allocation alive into the backward where stock's kept one block.
+    ``V.graph.never_reuse_buffers`` keeps them from both, and from being freed at all: ``codegen_free`` of this
+    graph's wrapper frees them here instead."""
+
+    def __init__(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
+        #: region -> its allocation's name
+        self.storage_of: dict[str, str] = {}
+        #: allocation -> where each of its regions starts in it (bytes)
+        self.starts: dict[str, dict[str, int]] = {}
+        #: allocations whose regions are not tensors (yet) -> the function of ``optimus_ir.runtime`` and the line
+        #: that would make them
+        self.not_tensors: dict[str, tuple[str, str]] = {}
+        #: regions not tensors that are past their last use
+        self.done: OrderedSet[str] = OrderedSet()
+        #: allocations whose names the code still holds
+        self.alive: OrderedSet[str] = OrderedSet()
+
+    @classmethod
+    def of(cls, wrapper: Any) -> RegionsOfAllocations:
+        """The wrapper's regions (made on first use, with its ``codegen_free`` routing regions here)."""
+        if not hasattr(wrapper, "optimus_ir_regions"):
+            wrapper.optimus_ir_regions = regions = cls(wrapper)
+            stock_free = wrapper.codegen_free
+            wrapper.codegen_free = lambda buffer: regions.free(buffer) or stock_free(buffer)
+        return wrapper.optimus_ir_regions
+
+    def add(self, storage: str, allocation: OneAllocation, function: str, make_tensors: str, as_tensors: bool) -> None:
+        """Register ``allocation`` (just allocated as ``storage``); ``make_tensors`` is the line that makes its
+        regions tensors by ``function``, written now where ``as_tensors``."""
+        V.graph.never_reuse_buffers.update(allocation.names)
+        self.wrapper.allocated.update(allocation.names)
+        self.storage_of.update(dict.fromkeys(allocation.names, storage))
+        self.starts[storage] = dict(zip(allocation.names, allocation.starts))
+        self.not_tensors[storage] = (function, make_tensors)
+        self.alive.add(storage)
+        if as_tensors:
+            self._make_tensors(storage, keep_storage=True)
+
+    def one_tensor(self, names: list[str]) -> tuple[str, dict[str, int]] | None:
+        """Where ``names`` are all regions of one allocation: a tensor that a member table can be given instead of
+        them (the allocation while its name is alive, else the first region) and where each region starts from it
+        (bytes)."""
+        storages = {self.storage_of.get(name) for name in names}
+        if len(storages) != 1 or None in storages:
+            return None
+        storage = storages.pop()
+        starts = self.starts[storage]
+        if storage in self.alive:
+            return storage, {name: starts[name] for name in names}
+        return names[0], {name: starts[name] - starts[names[0]] for name in names}
+
+    def after_table(self, storage: str) -> None:
+        """After a line that gives ``storage`` to a kernel's table: delete it where its regions are tensors, which
+        hold it."""
+        if storage in self.alive and storage not in self.not_tensors:
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+
+    def make_tensors(self, names: OrderedSet[str]) -> None:
+        """Make the regions among ``names`` tensors, with all other regions of their allocations (a stock kernel
+        reads them: the merged kernel that was to read them failed to generate)."""
+        for storage in OrderedSet(self.storage_of[name] for name in names if name in self.storage_of):
+            if storage in self.not_tensors:
+                self._make_tensors(storage, keep_storage=False)
+
+    def _make_tensors(self, storage: str, keep_storage: bool) -> None:
+        function, line = self.not_tensors.pop(storage)
+        self.wrapper.add_import_once(f"from optimus_ir.runtime import {function}")
+        self.wrapper.writeline(line)
+        for name in self.starts[storage]:
+            if name in self.done:
+                self.wrapper.writeline(f"del {name}")
+        if not keep_storage:
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+
+    def free(self, buffer: Any) -> bool:
+        """``codegen_free`` of a region (True); False for any other buffer."""
+        from torch._inductor.codegen.wrapper import FreeLine
+
+        name = buffer.get_name()
+        if name not in self.storage_of:
+            return False
+        if name in self.wrapper.freed or name in V.graph.removed_buffers:  # as stock's plan: no line
+            return True
+        self.wrapper.freed.add(name)
+        storage = self.storage_of[name]
+        if storage not in self.not_tensors:
+            self.wrapper.writeline(FreeLine(self.wrapper, buffer))
+            return True
+        self.done.add(name)
+        if all(region in self.done or region in V.graph.removed_buffers for region in self.starts[storage]):
+            self.wrapper.writeline(f"del {storage}")
+            self.alive.discard(storage)
+        return True

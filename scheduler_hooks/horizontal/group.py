@@ -1,0 +1,248 @@
+"""The merged node (:class:`MemberTableGroup`) and its codegen: one kernel for every member, its allocations and its
+wrapper lines, or each member's stock kernel where that kernel cannot be made."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import sympy
+from torch._inductor import config
+from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
+from torch._inductor.virtualized import V
+
+from optimus_ir import index_math
+from optimus_ir.loop_body import replay
+from optimus_ir.records import record
+from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
+from optimus_ir.scheduler_hooks.horizontal import allocation
+from optimus_ir.scheduler_hooks.horizontal.allocation import RegionsOfAllocations, one_allocations
+from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure
+from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
+
+log = logging.getLogger("optimus_ir")
+
+class MemberTableGroup(GroupKernelNode):
+    """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
+
+    def __init__(self, members: list[Any], structures: list[Structure], reduction: bool) -> None:
+        super().__init__(members)
+        self.members, self.structures, self.reduction = members, structures, reduction
+        self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
+        #: by slot: the members' buffers made as one allocation (for the memory estimates)
+        self.one_allocations = one_allocations(members, structures)
+        #: by output: the saved tensor it is written over where the call alone holds that tensor
+        self.takes_over = allocation.saved_tensors_to_take_over(members, self.one_allocations)
+
+    def codegen(self, backend: Any, stock: Any) -> None:
+        codegen_member_table_group(backend, self)
+
+    def describe(self) -> str:
+        numels = sorted({s.numel for s in self.structures})
+        sizes = f"ragged: {len(numels)} sizes" if len(numels) > 1 else f"{numels[0]} each"
+        if self.structures[0].numel_expr is not None:
+            sizes = "symbolic sizes, starts per call"
+        divisors = len(varying_divisors(self.structures))
+        divisors_text = f", {divisors} divisor(s) per member" if divisors else ""
+        lengths = sorted({s.rnumel for s in self.structures})
+        if len(lengths) > 1:
+            divisors_text += f", rows of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]})"
+        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
+
+
+def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
+    """Emit one kernel for the group: Inductor's kernel for its largest member, made to serve every member.
+
+    If making that kernel's source fails, each member gets its stock kernel instead (the error goes to the dump).
+    """
+    order = sorted(range(len(group.members)), key=lambda i: (-group.structures[i].numel, -group.structures[i].rnumel))
+    members = [group.members[i] for i in order]
+    structures = [group.structures[i] for i in order]
+    rep = members[0]
+    nodes = list(rep.get_nodes())
+    _, (numel, rnumel) = rep.group
+    divisors = varying_divisors(structures)
+    symbolic = structures[0].numel_expr is not None
+    try:
+        schedule = backend.generate_node_schedule(nodes, numel, rnumel)
+        tiling = backend.select_tiling(schedule, numel, rnumel)
+        with _over_flat_index(rep, structures[0], divisors, always=symbolic and not group.reduction):
+            kernel = MemberTableKernel(
+                tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
+                reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors,
+            )
+            with config.patch(inplace_buffers=False):  # each member writes its own outputs
+                backend.codegen_node_schedule_with_kernel(schedule, kernel)
+            with V.set_kernel_handler(kernel):
+                src_code = kernel.codegen_kernel()
+        _check_shared_size_symbols(kernel, structures[0])
+    except Exception as error:  # a rule must never fail a compile
+        log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=True)
+        record(
+            RULE, False, [m.get_name() for m in members],
+            f"internal error in codegen {error!r}; stock kernels",
+        )
+        _codegen_one_by_one(backend, group)
+        return
+    kernel_name = backend.define_kernel(src_code, schedule, kernel)
+    kernel.kernel_name = kernel_name
+    _allocate_together(kernel_name, group, members, structures)
+    _write_over_saved_tensors(kernel_name, group)
+    with V.set_kernel_handler(kernel):
+        for member in members:
+            for node in member.get_nodes():
+                node.mark_run()
+    backend.codegen_comment(schedule, kernel_name)
+    kernel.call_kernel(kernel_name)
+    # what the kernel found it needs not write for its member (buffers used only inside it), for every member
+    for structure in structures[1:]:
+        rename = dict(zip(structures[0].slots, structure.slots))
+        V.graph.removed_buffers |= {rename.get(name, name) for name in kernel.removed_buffers}
+    V.graph.removed_buffers |= kernel.removed_buffers
+    backend.free_buffers_in_scheduler()
+
+
+def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
+    """Raise unless every size symbol the kernel takes as an argument is one all members use: one that their
+    (equal) structure names. A member's own sizes (its row count, its numel) come from the table instead."""
+    shared = set(re.findall(r"\b[a-z]+\d+\b", str(structure.key)))
+    own = {symbol.name for expr in kernel.args.sizevars for symbol in expr.free_symbols} - shared
+    if own:
+        raise NotImplementedError(f"the kernel reads sizes of one member only: {sorted(own)}")
+
+
+def varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:
+    """The divisors (``index_math.abstract_divisors``) whose values differ between members: symbol → the value of
+    each member, in order."""
+    rep = structures[0]
+    if not rep.flat_indices:
+        return {}
+    varying = {}
+    for i in range(len(rep.divisors)):
+        values = [s.divisors[i] for s in structures]
+        if len(set(values)) > 1:
+            varying[index_math.divisor_symbol(i)] = values
+    return varying
+
+
+@contextlib.contextmanager
+def _over_flat_index(
+    node: Any, structure: Structure, divisors: dict[sympy.Symbol, list[int]], always: bool = False
+) -> Iterator[None]:
+    """Within the block, the node's subnodes loop over one flat index, their indices those of ``structure``
+    (``Structure.flat_indices``) with the symbols of ``divisors`` left as symbols (read from the member table by
+    the kernel's prologue) and the other divisors put back as numbers. Nothing changes without ``divisors``,
+    unless ``always`` (members of symbolic sizes: the kernel must not use the size symbols of one member's loops).
+
+    Before: ``_sizes = ([16, 64], [])``, ``load(bias, p1)``. After: ``_sizes = ([1024], [])``,
+    ``load(bias, ModularIndexing(p0, 1, idivisor0))``.
+    """
+    if not divisors and not always:
+        yield
+        return
+    from torch._inductor import dependencies
+    from torch._inductor.loop_body import LoopBody
+
+    fixed = {index_math.divisor_symbol(i): sympy.Integer(value) for i, value in enumerate(structure.divisors)}
+    for symbol in divisors:
+        del fixed[symbol]
+    numel = structure.numel if structure.numel_expr is None else structure.numel_expr
+    saved = []
+    try:
+        for snode, indices in zip(node.get_nodes(), structure.flat_indices, strict=True):
+            (variables,), ranges = dependencies.index_vars_no_squeeze([numel], prefix="p")
+            flat = {name: expr.xreplace({**fixed, FLAT_INDEX: variables[0]}) for name, expr in indices.items()}
+            body = LoopBody(
+                lambda *_, old=snode._body, flat=flat: replay(old, flat), [variables, []], ranges, variables, []
+            )
+            saved.append((snode, snode._body, snode._sizes))
+            snode._body, snode._sizes = body, ([numel], [])
+        yield
+    finally:
+        for snode, body, sizes in saved:
+            snode._body, snode._sizes = body, sizes
+
+
+def _allocate_together(
+    kernel_name: str, group: MemberTableGroup, members: list[Any], structures: list[Structure]
+) -> None:
+    """Allocate the members' buffers that are one allocation (:func:`one_allocations`), as regions of it
+    (:class:`RegionsOfAllocations`)."""
+    wrapper = V.graph.wrapper_code
+    regions = RegionsOfAllocations.of(wrapper)
+    for slot, whole in one_allocations(members, structures).items():
+        storage = f"{kernel_name}_{members[0].get_first_name()}_out{slot}"  # a kernel may serve several groups
+        stride = [math.prod(whole.shape[i + 1 :]) for i in range(len(whole.shape))]
+        wrapper.writeline(wrapper.make_allocation(storage, whole.device, whole.dtype, whole.shape, stride))
+        if whole.padding is not None:
+            function, arguments = "tensors_of_padded_rows", f"{whole.rows!r}, {whole.padding!r}"
+        elif whole.rows is not None:
+            function, arguments = "tensors_of", repr(whole.rows)
+        else:
+            function, arguments = "tensors_of_each_row", repr(whole.region)
+        regions.add(
+            storage, whole, function, f"{', '.join(whole.names)}, = {function}({storage}, {arguments})",
+            as_tensors=not _read_only_by_member_tables(group.scheduler, whole.names),
+        )
+
+
+def _write_over_saved_tensors(kernel_name: str, group: MemberTableGroup) -> None:
+    """The wrapper's lines that give each output of ``group.takes_over`` its saved tensor's storage where the call
+    alone holds that tensor, and an allocation of its own where not (:func:`saved_tensors_to_take_over`)."""
+    if not group.takes_over:
+        return
+    wrapper = V.graph.wrapper_code
+    sole = f"{kernel_name}_{group.members[0].get_first_name()}_sole"  # a kernel may serve several groups
+    wrapper.add_import_once("from optimus_ir.runtime import sole_holders")
+    wrapper.writeline(f"{sole} = sole_holders(({', '.join(group.takes_over.values())},))")
+    for i, (output, saved) in enumerate(group.takes_over.items()):
+        allocation = wrapper.make_buffer_allocation(V.graph.get_buffer(output)).partition(" = ")[2]
+        wrapper.writeline(f"{output} = {saved} if {sole}[{i}] else {allocation}")
+        wrapper.allocated.add(output)
+    record(
+        RULE, True, list(group.takes_over),
+        f"{len(group.takes_over)} output(s) written over the saved tensor each reads, where the call alone holds it "
+        "(allocated where not)",
+    )
+
+
+def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...]) -> bool:
+    """Whether every reader of the regions ``names`` is a merged kernel that reads, in each slot that holds one of
+    them, only regions of this allocation and writes none (its table can then be given the allocation, see
+    :meth:`RegionsOfAllocations.one_tensor`), and none of them is a graph output."""
+    regions = set(names)
+    if regions & set(V.graph.get_output_names()):
+        return False
+    for name in names:
+        for user in scheduler.name_to_buf[name].users:
+            if user.is_weak:
+                continue
+            group = scheduler.name_to_fused_node.get(user.get_name())
+            if not isinstance(group, MemberTableGroup):
+                return False
+            if any(name in {dep.name for dep in member.read_writes.writes} for member in group.members):
+                return False
+            for slot in range(len(group.structures[0].slots)):
+                in_slot = {structure.slots[slot] for structure in group.structures}
+                if name in in_slot and not in_slot <= regions:
+                    return False
+    return True
+
+
+def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
+    """Stock kernels for the members, in order, each freeing the buffers it is the last to read."""
+    scheduler = group.scheduler
+    RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(group.used_buffer_names())
+    check_alignment_again(group.used_buffer_names())
+    last_usage = set(group.last_usage)
+    scheduler.buffer_names_to_free -= last_usage
+    for i, member in enumerate(group.members):
+        later = set().union(*(m.used_or_aliased_buffer_names() for m in group.members[i + 1 :]))
+        scheduler.buffer_names_to_free |= (last_usage & member.used_or_aliased_buffer_names()) - later
+        backend.codegen_node(member)

@@ -1,0 +1,269 @@
+"""The Triton kernel of a merged group: Inductor's kernel for one member, with a prologue that makes it serve every
+member through the member table (its layout: :mod:`optimus_ir.member_table`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+import torch
+from torch._inductor import config
+from torch._inductor.codegen.common import IndentedBuffer, TensorArg
+from torch._inductor.codegen.triton import TritonKernel
+from torch._inductor.codegen.triton_utils import is_unaligned_buffer
+from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
+from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
+from torch.utils._sympy.functions import FloorDiv
+
+from optimus_ir.member_table import MemberTableLayout, padded_members
+from optimus_ir.scheduler_hooks.horizontal.allocation import RegionsOfAllocations
+from optimus_ir.scheduler_hooks.horizontal import buffers
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.tuning import (
+    BYTES_PER_THREAD,
+    MAX_REDUCTION_XBLOCK,
+    MAX_XBLOCK,
+    MIN_RNUMEL_FOR_TOTAL_HINT,
+    block_alignment,
+)
+
+_TRITON_DTYPE = {
+    "fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4nv": "float8e4nv",
+    "fp8e5": "float8e5", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "int1",
+    "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8",
+}
+
+
+class MemberTableKernel(TritonKernel):
+    """Inductor's Triton kernel for one member, with a prologue that makes it serve every member of a group.
+
+    Member ``m`` owns the blocks ``[starts[m], starts[m] + padded numel) / XBLOCK``. Every tensor argument
+    receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel (and
+    ``r0_numel`` by its row length, where one-row members reduce different lengths: ``Structure.rnumel``).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        structures: list[Structure],
+        reduction: bool,
+        call_site: str,
+        divisors: dict[sympy.Symbol, list[int]],
+        **kwargs: Any,
+    ) -> None:
+        self.structures = structures
+        lengths = [s.rnumel for s in structures]
+        #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
+        self.rnumels = lengths if len(set(lengths)) > 1 else None
+        #: the name the prologue gives each value of the members → each member's value: the table rows after the
+        #: numels (the divisors, then the row lengths)
+        self.member_values = {str(symbol): values for symbol, values in divisors.items()}
+        if self.rnumels:
+            self.member_values["r0_numel"] = self.rnumels
+        #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and
+        #: name), but their members, sizes and addresses differ
+        self.call_site = call_site
+        numels = [s.numel for s in structures]  # size hints where symbolic
+        #: members of symbolic sizes: where each starts is known per call only (the table is filled then), and
+        #: any block size the autotuner picks for the size hint must fit (members start at the largest one)
+        self.symbolic = structures[0].numel_expr is not None
+        largest_block = MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK
+        self.align = largest_block if self.symbolic else block_alignment(numels[0], reduction)
+        padded = [-(-n // self.align) * self.align for n in numels]
+        self.starts = [sum(padded[:i]) for i in range(len(padded))]
+        self.total = sum(padded)
+        self.uniform = len(set(numels)) == 1 and not self.symbolic
+        self.pad_to = padded_members(len(numels))
+        self.layout = MemberTableLayout(len(numels), self.pad_to, len(self.member_values))
+        super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
+        self.size_hint_x = self._size_hint_x(reduction)
+
+    def _size_hint_x(self, reduction: bool) -> int:
+        """The kernel's size hint along x, from which Inductor's heuristics pick its configs: the members' blocks
+        end to end (what the launch covers, as for one tensor of all their rows) where no block the heuristics or
+        the autotuner can pick is larger than ``align`` (pointwise members padded to the largest block; row
+        reductions padded to ``MAX_REDUCTION_XBLOCK`` rows of at least ``MIN_RNUMEL_FOR_TOTAL_HINT`` elements).
+        Elsewhere ``align``, which bounds every block the heuristics pick (they never exceed the hint).
+
+        Row reductions of 64 × [256, 512]: a hint of 256 rows gives Inductor's one-row, four-warp config (for
+        "few" rows); the total, 16384, its two-row, one-warp one, as for one tensor of all rows.
+        """
+        total = 1 << (self.total - 1).bit_length()
+        if not reduction:
+            return total if self.align == MAX_XBLOCK else self.align
+        rnumel = math.prod(int(n) if isinstance(n, (int, sympy.Integer)) else 0
+                           for prefix, n in self.numels.items() if prefix != "x")
+        wide_rows = self.align == MAX_REDUCTION_XBLOCK and rnumel >= MIN_RNUMEL_FOR_TOTAL_HINT
+        return total if wide_rows and torch.version.hip is None else self.align
+
+    def _has_constant_mask(self, tree: Any) -> bool:
+        if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
+            return False
+        if tree.prefix == "r0_" and self.rnumels:
+            return False
+        return super()._has_constant_mask(tree)
+
+
+    def iteration_ranges_get_pid(self, entry: Any) -> str:
+        if entry.prefix == "x":
+            return "xblock"
+        return super().iteration_ranges_get_pid(entry)
+
+    def codegen_kernel(self, name: str | None = None) -> str:
+        numel = self.numels["x"]
+        self.numels["x"] = self.size_hint_x
+        # the autotuner benchmarks configs by running the kernel, after cloning the arguments it mutates; it cannot
+        # clone what the table points to, so a kernel that updates buffers in place gets one config, run once
+        one_config = (
+            {"triton.autotune_pointwise": False, "max_autotune": False, "max_autotune_pointwise": False,
+             "coordinate_descent_tuning": False}
+            if any(s.updates_in_place for s in self.structures) else {}
+        )
+        if min(self.size_hint_x, TRITON_MAX_BLOCK["X"]) > self.align:  # coordinate descent grows blocks up to that
+            one_config["coordinate_descent_tuning"] = False
+        if not self.inside_reduction:
+            self.min_elem_per_thread = max(self.min_elem_per_thread, self._min_elements_per_thread())
+        try:
+            with config.patch(one_config):
+                return super().codegen_kernel(name)
+        finally:
+            self.numels["x"] = numel
+
+    def _min_elements_per_thread(self) -> int:
+        """Elements per thread for ``BYTES_PER_THREAD`` of the widest tensor dtype: the floor Inductor's pointwise
+        configs take (``triton_config``'s ``min_elem_per_thread``), which otherwise give 16-bit kernels half the
+        bytes per thread of fp32 ones (1024 elements on 4 warps)."""
+        _, _, _, arg_types = self.args.python_argdefs()
+        widest = max((t.itemsize for t in arg_types if isinstance(t, torch.dtype)), default=4)
+        return max(1, BYTES_PER_THREAD // widest)
+
+    def codegen_static_numels(self, code: Any) -> None:
+        stock = IndentedBuffer()
+        super().codegen_static_numels(stock)
+        for line in stock.getvalue().splitlines():
+            if not line.startswith("xnumel = ") and not (self.rnumels and line.startswith("r0_numel = ")):
+                code.writeline(line)
+        n = len(self.structures)
+        small = self.index_dtype == "tl.int32" and self.total < 2**31 and not self.symbolic
+        pid = "tl.program_id(0)" if small else "tl.program_id(0).to(tl.int64)"
+        code.writeline(f"xstart = {pid} * XBLOCK")
+        tensor_args = self._tensor_args()
+        code.writeline(f"xtable = {tensor_args[0][0]}.to(tl.pointer_type(tl.int64))")
+        if self.uniform:
+            padded = self.total // n
+            code.writeline(f"xmember = xstart // {padded}")
+            code.writeline(f"xblock = (xstart - xmember * {padded}) // XBLOCK")
+            code.writeline(f"xnumel = {self.structures[0].numel}")
+        else:
+            code.writeline(f"xmembers = tl.arange(0, {self.pad_to})")
+            code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
+            code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
+            code.writeline(f"xnumel = tl.load(xtable + {self.layout.numels_row} + xmember)")
+        for j, symbol in enumerate(self.member_values):
+            row = self.layout.value_row(j)
+            code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
+        aligned = self._aligned_args()
+        for slot, (arg, dtype) in enumerate(tensor_args):
+            row = self.layout.address_row(slot)
+            address = f"tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))"
+            code.writeline(f"{arg} = {f'tl.multiple_of({address}, 16)' if arg in aligned else address}")
+
+    def _aligned_args(self) -> set[str]:
+        """The tensor arguments whose address is 16-byte aligned for every member, by the rule Inductor applies to a
+        stock kernel's pointer arguments (``tt.divisibility``: a buffer it allocated, or a graph input it checks and
+        copies when misaligned) and the member's constant offset. The prologue says so to Triton, which then loads
+        and stores 16 bytes per instruction: an address loaded from the table has no known alignment otherwise
+        (Triton would load and store a 16-bit member 2 bytes at a time)."""
+        if not config.triton.divisible_by_16:
+            return set()
+        argdefs, call_args, _, _ = self.args.python_argdefs()
+        aligned = set()
+        for argdef, outer in zip(argdefs, call_args):
+            if outer not in self.structures[0].slots:
+                continue
+            if all(
+                offset % 16 == 0 and not is_unaligned_buffer(TensorArg(argdef.name, name, V.graph.get_dtype(name)))
+                for name, offset in self._members_of_slot(outer)
+            ):
+                aligned.add(argdef.name)
+        return aligned
+
+    def _members_of_slot(self, outer: str) -> list[tuple[str, int]]:
+        """For the representative's buffer ``outer``: each member's buffer in that slot, and the bytes its address
+        adds to the representative's offset (which the shared body adds)."""
+        rep = self.structures[0]
+        slot = rep.slots.index(outer)
+        itemsize = V.graph.get_dtype(outer).itemsize
+        return [(s.slots[slot], (s.offsets[slot] - rep.offsets[slot]) * itemsize) for s in self.structures]
+
+    def _tensor_args(self) -> list[tuple[str, str]]:
+        signature = self.triton_meta["signature"]
+        return [
+            (arg, _TRITON_DTYPE[kind[1:]])
+            for arg, kind in signature.items()
+            if isinstance(kind, str) and kind.startswith("*")
+        ]
+
+    def call_kernel(self, name: str, node: Any = None, deallocate_ws: bool = True) -> None:
+        wrapper = V.graph.wrapper_code
+        wrapper.write_triton_header_once()
+        argdefs, call_args, _, arg_types = self.args.python_argdefs()
+        argdefs = [a.name for a in argdefs]
+        tensor_args = {arg for arg, _ in self._tensor_args()}
+        table = f"{name}_members_{self.call_site}"
+        regions = RegionsOfAllocations.of(wrapper)
+        aligned_args = self._aligned_args()
+        by_slot, byte_offsets, spans, storages, aligned = [], [], [], OrderedSet(), []
+        for arg_name, outer in zip(argdefs, call_args):
+            if arg_name in tensor_args:
+                members = self._members_of_slot(outer)
+                one = regions.one_tensor([name for name, _ in members])
+                if one is None:
+                    if arg_name in aligned_args:  # the graph's inputs among them: the table checks their alignment
+                        aligned.extend(len(by_slot) + i for i, (name, _) in enumerate(members)
+                                       if name in V.graph.graph_inputs)
+                    by_slot.extend(name for name, _ in members)
+                    spans.extend([1] * len(members))
+                    byte_offsets.extend(offset for _, offset in members)
+                else:  # each member's buffer a region of one allocation: one tensor, and where each region starts
+                    tensor, starts = one
+                    by_slot.append(tensor)
+                    spans.append(len(members))
+                    byte_offsets.extend(starts[name] + offset for name, offset in members)
+                    storages.add(regions.storage_of[tensor] if tensor in regions.storage_of else tensor)
+        numels = [s.numel for s in self.structures]
+        options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        if len(spans) < len(byte_offsets):
+            options += f", spans={spans!r}"
+        call_options, total = "", str(self.total)
+        if self.symbolic:  # where members start is known per call: the table is filled from their numels
+            exprs = [s.numel_expr for s in self.structures]
+            options += f", align={self.align}"
+            call_options = f", numels=({''.join(wrapper.codegen_python_sizevar(e) + ', ' for e in exprs)})"
+            total = wrapper.codegen_python_sizevar(
+                sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
+            )
+            numels = None
+        if self.member_values:
+            options += f", values={[v for values in self.member_values.values() for v in values]!r}"
+        if aligned:
+            options += f", aligned={aligned!r}"
+        if buffers.cudagraph_trees():  # the table must not live in a graph's memory pool
+            options += ", outside_graph_pools=True"
+        wrapper.add_import_once("from optimus_ir.runtime import MemberTable")
+        starts = None if self.symbolic else self.starts
+        wrapper.header.writeline(f"{table} = MemberTable({starts!r}, {numels!r}, {self.pad_to}{options})")
+        wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)}{call_options})")
+        for storage in storages:
+            regions.after_table(storage)
+        call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
+        first_numel = len(call_args)
+        self.add_numel_to_call_args(name, call_args, arg_types)
+        call_args[first_numel] = total  # x: the members' blocks, end to end (the grid)
+        wrapper.generate_kernel_call(
+            name, call_args, triton=True, arg_types=arg_types,
+            triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,
+        )
+        wrapper.writeline(f"del {table}_now")

@@ -1,0 +1,206 @@
+"""Trying the planned groups: each merged where the estimated peak memory stays, else split in halves and tried
+again, within a budget of memory estimates."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+from torch.utils._ordered_set import OrderedSet
+
+from optimus_ir.records import record
+from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, one_allocations
+from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
+from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
+from optimus_ir.scheduler_hooks.horizontal.memory import MemoryEstimate, live_while_running, peak_memory
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_ESTIMATED_NODES, RULE
+from optimus_ir.scheduler_hooks.node_graph import replace_with_group
+
+def try_groups(
+    nodes: list[Any], to_try: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]],
+    bytes_of: BufferBytes,
+) -> list[Any]:
+    """Merge each group of ``to_try`` (whole, then halves) where the estimated peak memory stays.
+
+    Merging a group makes its small buffers one allocation (:func:`one_allocations`), which can make room for
+    the group that reads them, and the other way round. So a group rejected while a group still to try is linked
+    to it that way (:meth:`GroupsToTry.linked`) waits: once a linked group merges, it is tried again; once none
+    is left to try, it is split. A group rejected while a linked group waits is tried together with it: the two
+    stages of 48 full sums each raise the peak alone (the other stage's 48 buffers take a 512-byte block each),
+    and lower it together."""
+    # before any group: a group takes over its members' operation names
+    estimate, estimated = peak_memory(nodes, bytes_of), len(nodes)  # scheduler nodes estimated so far
+    groups = GroupsToTry(to_try)
+    waiting: list[tuple[list[tuple[Any, Structure]], bool, str]] = []
+    tried_again: set[int] = set()  # ids of the parts in ``groups`` that are there for a second try
+
+    def split(part: list[tuple[Any, Structure]], reduction: bool, why: str) -> None:
+        record(RULE, False, [m.get_name() for m, _ in part], f"{why}: split in two")
+        for half in _halves(part):
+            groups.push(half, reduction)
+
+    def merged(parts: list[list[tuple[Any, Structure]]]) -> None:
+        for item in [item for item in waiting if any(groups.linked(item[0], part) for part in parts)]:
+            waiting.remove(item)
+            tried_again.add(id(item[0]))
+            groups.push(item[0], item[1])
+
+    def rejected(part: list[tuple[Any, Structure]], reduction: bool, why: str) -> None:
+        nonlocal nodes, estimate, estimated
+        partner = next((item for item in waiting if groups.linked(item[0], part)), None)
+        if partner is not None and estimated + len(nodes) <= MAX_ESTIMATED_NODES:
+            waiting.remove(partner)
+            estimated += len(nodes)
+            nodes, estimate, jointly = _merge(nodes, [partner[:2], (part, reduction)], estimate, bytes_of)
+            if jointly is None:
+                merged([partner[0], part])
+                return
+            split(*partner)
+            split(part, reduction, why)
+        elif id(part) not in tried_again and groups.linked_to(part):
+            waiting.append((part, reduction, why))
+        else:
+            split(part, reduction, why)
+
+    while groups or waiting:
+        for item in [item for item in waiting if not groups.linked_to(item[0])]:
+            waiting.remove(item)
+            split(*item)
+        if not groups:
+            continue
+        part, reduction = groups.pop()
+        members = [m for m, _ in part]
+        own, own_tangents = live_while_running(members, groups.touches(part).one_allocations, bytes_of)
+        if own > estimate.peak or own + own_tangents > estimate.peak_tangents_freed:
+            above = (
+                f"{own} bytes of their own inputs and outputs, above the peak before ({estimate.peak})"
+                if own > estimate.peak
+                else f"{own + own_tangents} bytes of their own inputs, outputs and incoming gradients, above the "
+                f"peak before where incoming gradients are freed after their last reader "
+                f"({estimate.peak_tangents_freed})"
+            )
+            rejected(part, reduction, f"live while one kernel runs them: {above}")
+        elif estimated + len(nodes) > MAX_ESTIMATED_NODES:
+            record(
+                RULE, False, [m.get_name() for m in members],
+                f"not tried: the memory estimates' budget ({MAX_ESTIMATED_NODES} nodes) is spent; stock kernels",
+            )
+        else:
+            estimated += len(nodes)
+            nodes, estimate, why = _merge(nodes, [(part, reduction)], estimate, bytes_of)
+            if why is None:
+                merged([part])
+            else:
+                rejected(part, reduction, why)
+    return nodes
+
+
+def _merge(
+    nodes: list[Any], parts: list[tuple[list[tuple[Any, Structure]], bool]], before: MemoryEstimate,
+    bytes_of: BufferBytes,
+) -> tuple[list[Any], MemoryEstimate, str | None]:
+    """Merge each of ``parts`` (a group and whether it is a row reduction), all or none, unless the estimated peak
+    memory would rise (or no schedule runs a group together). ``before`` is the estimate of ``nodes``; returns
+    the nodes, their estimate and why they did not merge (None where they did; a rejected merge leaves the nodes
+    and estimate as they were, so they are not estimated again before they change)."""
+    candidate, made = nodes, []
+    for part, reduction in parts:
+        members = [m for m, _ in part]
+        made.append((MemberTableGroup(members, [s for _, s in part], reduction), members))
+        candidate = replace_with_group(candidate, members, made[-1][0])
+        if candidate is None:
+            break
+    after = None if candidate is None else peak_memory(candidate, bytes_of)
+    if after is not None and after.no_higher_than(before):
+        jointly = f", together with the group of {parts[0][0][0][0].get_name()}" if len(parts) > 1 else ""
+        for merged, members in made:
+            record(
+                RULE, True, [m.get_name() for m in members],
+                f"{len(members)} kernels → one kernel ({merged.describe()}{jointly})",
+            )
+        return candidate, after, None
+    for merged, members in reversed(made):
+        _forget(merged, members)
+    if after is None:
+        return nodes, before, "no schedule runs them together"
+    return nodes, before, f"estimated peak memory {after.versus(before)}"
+
+
+def _reads(part: list[tuple[Any, Structure]]) -> list[str]:
+    """The buffers the members of ``part`` read."""
+    return [name for member, _ in part for name in member.used_buffer_names()]
+
+
+@dataclasses.dataclass
+class _WhatMergingTouches:
+    """Of one part (a group to try): what its members read, and the buffers that merging it makes one allocation."""
+
+    part: list[tuple[Any, Structure]]  # kept, so that no other part takes its id
+    reads: OrderedSet[str]
+    in_one_allocation: OrderedSet[str]
+    one_allocations: dict[int, OneAllocation]  # :func:`one_allocations` of its members
+
+
+class GroupsToTry:
+    """The groups still to try, in order, and how many of them read each buffer and write it into one allocation
+    (:func:`one_allocations`). Both are worked out once per part, and kept until the pass is done: the parts that
+    wait are asked about again and again."""
+
+    def __init__(self, groups: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]]) -> None:
+        self._groups: collections.deque[tuple[list[tuple[Any, Structure]], bool]] = collections.deque()
+        self._reads: collections.Counter[str] = collections.Counter()
+        self._in_one_allocation: collections.Counter[str] = collections.Counter()
+        self._touches: dict[int, _WhatMergingTouches] = {}  # by id of a part
+        for part, reduction in groups:
+            self.push(part, reduction)
+
+    def __bool__(self) -> bool:
+        return bool(self._groups)
+
+    def touches(self, part: list[tuple[Any, Structure]]) -> _WhatMergingTouches:
+        """What merging ``part`` touches, worked out the first time it is asked for."""
+        if id(part) not in self._touches:
+            allocations = one_allocations([m for m, _ in part], [s for _, s in part])
+            in_one_allocation = OrderedSet(name for allocation in allocations.values() for name in allocation.names)
+            reads = OrderedSet(_reads(part))
+            self._touches[id(part)] = _WhatMergingTouches(part, reads, in_one_allocation, allocations)
+        return self._touches[id(part)]
+
+    def push(self, part: list[tuple[Any, Structure]], reduction: bool) -> None:
+        self._groups.append((part, reduction))
+        touches = self.touches(part)
+        self._reads.update(touches.reads)
+        self._in_one_allocation.update(touches.in_one_allocation)
+
+    def pop(self) -> tuple[list[tuple[Any, Structure]], bool]:
+        part, reduction = self._groups.popleft()
+        touches = self.touches(part)
+        self._reads.subtract(touches.reads)
+        self._in_one_allocation.subtract(touches.in_one_allocation)
+        return part, reduction
+
+    def linked(self, part: list[tuple[Any, Structure]], other: list[tuple[Any, Structure]]) -> bool:
+        """Whether one of the groups reads buffers that merging the other makes one allocation."""
+        one, two = self.touches(part), self.touches(other)
+        return not one.in_one_allocation.isdisjoint(two.reads) or not one.reads.isdisjoint(two.in_one_allocation)
+
+    def linked_to(self, part: list[tuple[Any, Structure]]) -> bool:
+        """Whether a group still to try is :meth:`linked` to ``part``."""
+        touches = self.touches(part)
+        return any(self._reads[name] > 0 for name in touches.in_one_allocation) or any(
+            self._in_one_allocation[name] > 0 for name in touches.reads
+        )
+
+
+def _halves(part: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
+    """The two halves of a group that did not merge, those of more than one member: each is tried later."""
+    half = len(part) // 2
+    return [piece for piece in (part[:half], part[half:]) if len(piece) > 1]
+
+
+def _forget(merged: Any, members: list[Any]) -> None:
+    for member in members:
+        for name in member.get_operation_names():
+            merged.scheduler.name_to_fused_node[name] = member

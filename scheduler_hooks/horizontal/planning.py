@@ -1,0 +1,104 @@
+"""The grouping policy: which candidate kernels are tried together, and in which groups. One replaceable function
+(:func:`set_grouping_policy`), as Inductor's ``set_custom_combo_kernel_horizontal_partition``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from optimus_ir.records import record
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend
+from optimus_ir.scheduler_hooks.horizontal.tuning import (
+    MAX_EMPTY_BLOCKS,
+    MAX_MEMBERS,
+    MAX_PADDING,
+    RULE,
+    block_alignment,
+)
+from optimus_ir.scheduler_hooks.node_graph import independent
+
+#: A candidate: a scheduler node and its structure. A group: candidates to merge, and whether it is a row
+#: reduction (else pointwise).
+Candidate = tuple[Any, Structure]
+Group = tuple[list[Candidate], bool]
+GroupingPolicy = Callable[[list[list[Candidate]]], list[Group]]
+
+
+def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
+    """For each class of candidates of one structure (in schedule order): its 1-d and row-reduction kernels, cut
+    into sets with no path between two members, each cut by size where padding to whole blocks costs too much.
+    Each candidate left out is recorded with the reason."""
+    groups: list[Group] = []
+    for candidates in classes:
+        if len(candidates) < 2:
+            continue
+        names = [node.get_name() for node, _ in candidates]
+        largest = max(candidates, key=lambda c: c[1].numel)[0]
+        prefixes = tiling_prefixes(triton_backend(candidates[0][0]), largest)
+        if prefixes not in (("x",), ("x", "r0_")):
+            record(RULE, False, names, f"tiling {prefixes}: only 1-d (x) and row-reduction (x, r0_) kernels")
+            continue
+        reduction = prefixes == ("x", "r0_")
+        for group in _independent_groups(candidates):
+            groups.extend((part, reduction) for part in _size_classes(group, reduction))
+    return groups
+
+
+_policy: GroupingPolicy = default_grouping
+
+
+def set_grouping_policy(policy: GroupingPolicy | None) -> None:
+    """Use ``policy`` to plan the groups of every later compile (None: :func:`default_grouping`)."""
+    global _policy
+    _policy = policy or default_grouping
+
+
+def grouping_policy() -> GroupingPolicy:
+    return _policy
+
+
+def _independent_groups(candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
+    """Greedy partition, in schedule order, into sets with no path between any two members."""
+    groups: list[list[tuple[Any, Structure]]] = []
+    for candidate in candidates:
+        for group in groups:
+            if len(group) < MAX_MEMBERS and independent(candidate[0], [m for m, _ in group]):
+                group.append(candidate)
+                break
+        else:
+            groups.append([candidate])
+    for group in groups[1:]:
+        record(
+            RULE, False, [m.get_name() for m, _ in group],
+            f"depend on members of the group of {groups[0][0][0].get_name()} (or over {MAX_MEMBERS}); own group",
+        )
+    return [g for g in groups if len(g) > 1]
+
+
+def _size_classes(group: list[tuple[Any, Structure]], reduction: bool) -> list[list[tuple[Any, Structure]]]:
+    """Split by size where padding members to whole blocks costs more than a launch (``MAX_PADDING``).
+
+    Members start at multiples of a block size set by the group's largest member; smallest first, a member
+    that would make the group too padded starts the next group.
+    """
+    parts: list[list[tuple[Any, Structure]]] = []
+    for candidate in sorted(group, key=lambda c: c[1].numel):
+        if parts and not _too_padded(parts[-1] + [candidate], reduction):
+            parts[-1].append(candidate)
+        else:
+            parts.append([candidate])
+    if len(parts) > 1:
+        record(
+            RULE, False, [m.get_name() for m, _ in group],
+            f"sizes too different to pad to whole blocks: split into {len(parts)} groups by size",
+        )
+    return [p for p in parts if len(p) > 1]
+
+
+def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:
+    """Whether padding the members to whole blocks costs more than a split would (see ``MAX_PADDING``)."""
+    align = block_alignment(max(s.numel for _, s in group), reduction)
+    real = sum(s.numel for _, s in group)
+    padding = sum(-(-s.numel // align) * align for _, s in group) - real
+    empty_blocks = padding if reduction else padding / 1024
+    return (real + padding) > MAX_PADDING * real and empty_blocks > MAX_EMPTY_BLOCKS

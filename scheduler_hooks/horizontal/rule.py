@@ -1,0 +1,107 @@
+"""Horizontal cleanup: N independent, structurally identical kernels → ONE Triton kernel with a shared body.
+
+Recommendation models apply the same small op to dozens of feature tensors. After Inductor's own (vertical) fusion
+each of them is one scheduler node, and one kernel launch. Here, groups of nodes that are
+
+- independent: no path between any two of them in the dependency graph, and
+- structurally identical: the same loop bodies up to buffer names, the size of the outermost loop (the row
+  count) and a constant offset into each buffer (the pieces of one split), the same dtypes and reduction sizes,
+
+become one ``MemberTableGroup``. Its kernel is Inductor's own kernel for one member (the one with most rows), with
+a prologue that finds the member of the block from the program id and reads that member's row count and tensor
+addresses (offset included) from a table (:mod:`optimus_ir.runtime`). The code size does not depend on N, and
+members with different row counts (ragged) merge too.
+
+The package, one job a module: :mod:`.structure` (keys), :mod:`.planning` (the grouping policy), :mod:`.merging`
+(trying groups against the memory model), :mod:`.memory` (the memory model), :mod:`.allocation` (one allocation
+for many members, outputs over saved tensors), :mod:`.group` (the merged node and its codegen), :mod:`.kernel`
+(the Triton kernel), :mod:`.tuning` (constants).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch._inductor.scheduler import FusedMixOrderReductions
+from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
+
+from optimus_ir.records import record
+from optimus_ir.rule import SchedulerRule
+from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
+from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_once
+from optimus_ir.scheduler_hooks.horizontal.merging import try_groups
+from optimus_ir.scheduler_hooks.horizontal.planning import grouping_policy
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure, structure_of
+from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+
+
+class IdenticalKernelsToMemberTableKernel(SchedulerRule):
+    """N independent kernels with the same body → one kernel with a shared body and a member table.
+
+    Before (after Inductor's fusion; ``[torch.tanh(x) for x in xs]`` over 128 tensors of different row counts)::
+
+        SchedulerNode(buf0 = tanh(arg0_1))     # kernel 0, xnumel = 131072
+        SchedulerNode(buf1 = tanh(arg1_1))     # kernel 1, xnumel = 65536
+        ...                                     # 128 launches
+
+    After::
+
+        MemberTableGroup([buf0, buf1, ...])    # one launch:
+            xmember = <member whose blocks contain program_id(0)>     (from the table's block starts)
+            xnumel = <its numel>; in_ptr0 = <its arg>; out_ptr0 = <its buf>
+            <tanh body of one member, unchanged>
+
+    Groups are split, not abandoned, where merging would raise the estimated peak memory, where padding the members
+    to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``; they are tried whole first, then
+    halved level by level, within ``MAX_ESTIMATED_NODES``. A group whose own inputs and outputs alone are above the
+    peak before is split without an estimate (:func:`~optimus_ir.scheduler_hooks.horizontal.memory.live_while_running`). Each decision is in the dump.
+    """
+
+    name = RULE
+    pass_name = "horizontal"
+
+    def rewrite(self, nodes: list[Any]) -> list[Any]:
+        by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
+        bytes_of = BufferBytes()
+        left_out: dict[str, list[str]] = {}
+        # Inductor's codegen of a mix-order reduction removes its readers' split-reduction stage (``removed_ops``):
+        # those readers are not the nodes measured here (its combo kernels leave them out too)
+        mix_order_outputs = OrderedSet(
+            name for node in nodes if isinstance(node, FusedMixOrderReductions) for name in node.get_buffer_names()
+        )
+        for node in nodes:
+            if node.used_buffer_names() & mix_order_outputs:
+                left_out.setdefault("reads the output of a mix-order reduction", []).append(node.get_name())
+                continue
+            structure = structure_of(node)
+            if isinstance(structure, Structure):
+                by_key.setdefault(structure.key, []).append((node, structure))
+            elif not structure.startswith("not a plain kernel"):
+                left_out.setdefault(structure.split(":")[0], []).append(node.get_name())
+        for reason, names in left_out.items():
+            record(RULE, False, names, f"not merged ({reason}): stock kernels")
+        # members alike but for the 0-d CPU tensors they read (the key's last part): why they stay apart
+        apart_by_numbers: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for key in by_key:
+            if key[-1]:
+                apart_by_numbers.setdefault(key[:-1], []).append(key)
+        for keys in apart_by_numbers.values():
+            if len(keys) > 1:
+                record(
+                    RULE, False, [node.get_name() for key in keys for node, _ in by_key[key]],
+                    f"kept apart ({len(keys)} groups) by the 0-d CPU tensors they read: a kernel is passed those by "
+                    "value, not by an address in the member table",
+                )
+        to_try = grouping_policy()(list(by_key.values()))
+        if not to_try:
+            return nodes
+        # the member table's run time and the output split are Python lines of the wrapper: a C++ wrapper
+        # (cpp_wrapper, AOTInductor) has no place for them, and an FX one (fx_wrapper) refuses lines of text
+        wrapper = "C++ wrapper" if V.graph.cpp_wrapper else "FX wrapper" if V.graph.fx_wrapper else None
+        if wrapper:
+            for part, _ in to_try:
+                record(RULE, False, [m.get_name() for m, _ in part], f"not merged ({wrapper}): stock kernels")
+            return nodes
+        with planning_worked_out_once(nodes[0].scheduler):
+            return try_groups(nodes, to_try, bytes_of)

@@ -1,0 +1,287 @@
+"""Structural keys: what a candidate kernel computes, with buffer names replaced by slots, so that kernels equal up
+to names, row count and a constant offset per buffer compare equal."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+from torch._inductor import ir
+from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+from torch._inductor.codegen.triton import TritonScheduling
+from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
+from torch._inductor.virtualized import V
+from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+from optimus_ir import index_math
+
+@dataclasses.dataclass
+class Structure:
+    """What a candidate node computes, with buffer names replaced by slots numbered in order of first use."""
+
+    key: tuple[Any, ...]
+    slots: list[str]  # buffer names, by slot
+    numel: int  # the x extent (rows of a reduction, elements of a pointwise kernel)
+    offsets: list[int]  # by slot: the constant (in elements) this member adds to every address of that buffer
+    updates_in_place: bool = False  # stores into a buffer it does not own (an input's update, a scatter)
+    #: pointwise members: the divisors of their flat indices (``index_math.abstract_divisors``), by symbol number;
+    #: members whose values differ read them from the member table
+    divisors: tuple[int, ...] = ()
+    #: pointwise members: per subnode, each index as a function of ``FLAT_INDEX`` with the divisors as symbols
+    flat_indices: tuple[dict[str, sympy.Expr], ...] = ()
+    #: a pointwise member of symbolic size (dynamic shapes): its numel as an expression of size symbols (``numel``
+    #: is then its size hint, for the cost and memory estimates)
+    numel_expr: sympy.Expr | None = None
+    #: the reduction extent (elements reduced per row; 1 for pointwise; its size hint where symbolic). Part of the
+    #: key (a symbolic one as its expression), except for reductions of one row (a full sum, or a split reduction's
+    #: second stage): members reducing different counts merge there
+    rnumel: int = 1
+
+
+_ADDRESSING_OPS = ("load", "store", "store_reduction")
+
+#: the flat index of a pointwise kernel, over which members' indices are compared
+FLAT_INDEX = sympy.Symbol("x_flat", integer=True, nonnegative=True)
+
+
+def _addressed_buffers(blocks: list[Any]) -> dict[str, set[str] | None]:
+    """For each index name of a loop body, the buffers it addresses; None if it is also used as a value."""
+    addressed: dict[str, set[str] | None] = {}
+    for block in blocks:
+        for node in block.graph.nodes:
+            if node.op != "call_module" or node.target != "get_index":
+                continue
+            name = node.args[0]
+            for user in node.users:
+                if user.op == "call_method" and user.target in _ADDRESSING_OPS and user.args[2] is node:
+                    if addressed.get(name, set()) is not None:
+                        addressed.setdefault(name, set()).add(user.args[1])
+                else:
+                    addressed[name] = None
+    return addressed
+
+
+def _graph_key(
+    graph: Any,
+    slot_of: dict[str, int],
+    index_text: Callable[[str], str],
+    address_offset: Callable[[str, str], int],
+) -> tuple[Any, ...]:
+    """An FX graph of ``ops.*`` calls as a tuple: buffer names replaced by their slots, index names by their
+    expressions (without the constant a member adds to a buffer's addresses), each load/store with the constant its
+    index adds beyond that."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
+
+    def arg_key(arg: Any) -> Any:
+        if isinstance(arg, str) and arg in slot_of:
+            return ("slot", slot_of[arg])
+        if isinstance(arg, (tuple, list)):
+            return tuple(arg_key(a) for a in arg)
+        if hasattr(arg, "op") and arg in position:
+            return ("node", position[arg])
+        return repr(arg)
+
+    keys: list[Any] = []
+    for node in graph.nodes:
+        if node.op == "call_module" and node.target == "get_index":
+            keys.append(("get_index", index_text(node.args[0])))
+            continue
+        entry = (node.op, str(node.target), arg_key(node.args), arg_key(tuple(sorted(node.kwargs.items()))))
+        if node.op == "call_method" and node.target in _ADDRESSING_OPS:
+            entry += (address_offset(node.args[2].args[0], node.args[1]),)
+        keys.append(entry)
+    return tuple(keys)
+
+
+def structure_of(node: Any) -> Structure | str:
+    """The :class:`Structure` of a scheduler node, or why it cannot be a member of a group (``"category: detail"``)."""
+    if type(node) not in (SchedulerNode, FusedSchedulerNode):
+        return f"not a plain kernel: {type(node).__name__}"
+    if triton_backend(node) is None:  # Inductor's C++ kernels on CPU: other loop groups, no member tables
+        return f"no Triton backend on its device: {node.get_device()}"
+    subnodes = list(node.get_nodes())
+    tracer = _Tracer(node, _divisors_are_values(subnodes))
+    for snode in subnodes:
+        why = tracer.add(snode)
+        if why is not None:
+            return why
+    return tracer.structure()
+
+
+def _divisors_are_values(subnodes: list[Any]) -> bool:
+    """Whether a pointwise node's divisors are values of the member (a bias of width 64 or 96: one body): where no
+    body loads an index (an embedding row) that a re-traced body would have to load again."""
+    return all(
+        isinstance(snode, SchedulerNode) and isinstance(snode.node, ir.ComputedBuffer) and not snode.is_reduction()
+        and not any(
+            symbol_is_type(symbol, SymT.INDIRECT)
+            for expr in snode._body.indexing_exprs.values() for symbol in expr.free_symbols
+        )
+        for snode in subnodes
+    )
+
+
+def _unsupported(snode: Any, node: Any, abstract: bool) -> str | None:
+    """Why subnode ``snode`` of ``node`` cannot be traced into a structure, or None.
+
+    Symbolic sizes (dynamic shapes): pointwise nodes are compared over the flat index, whose expressions then name
+    the size symbols they use (members merge only where those are the same symbols); row reductions by their sizes
+    but the row count, as expressions (a symbolic row length merges with the same symbol's); pointwise nodes that
+    load an index only where the row count is the one symbolic size."""
+    if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
+        return f"not a computed buffer: {snode.get_name()}"
+    iter_sizes, reduce_sizes = snode._sizes
+    sizes = [*iter_sizes, *reduce_sizes]
+    symbolic = not all(isinstance(s, (int, sympy.Integer)) for s in sizes)
+    if symbolic and not abstract and not node.is_reduction() and not all(
+        isinstance(s, (int, sympy.Integer)) for s in sizes[1:]
+    ):
+        return f"symbolic sizes: {snode.get_name()} has {sizes}"
+    body = snode._body
+    allowed = (SymT.INDIRECT, SymT.SIZE, SymT.PRECOMPUTED_SIZE) if symbolic else (SymT.INDIRECT,)
+    if any(
+        not symbol_is_type(symbol, allowed)  # a loaded index (embedding rows): data, fine
+        for expr in body.indexing_exprs.values()
+        for symbol in expr.free_symbols - set(body.var_ranges)
+    ):
+        return f"symbolic index: {snode.get_name()} indexes with symbols other than its loop variables"
+    return None
+
+
+@dataclasses.dataclass
+class _Tracer:
+    """What :func:`structure_of` gathers over the subnodes of one node, in order."""
+
+    node: Any
+    abstract: bool  # see :func:`_divisors_are_values`
+    slot_of: dict[str, int] = dataclasses.field(default_factory=dict)
+    traced: list[Any] = dataclasses.field(default_factory=list)
+    constants: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # buffer → its indices' constants
+    divisors: dict[int, sympy.Symbol] = dataclasses.field(default_factory=dict)  # (index_math.abstract_divisors)
+    #: 0-d CPU tensors read as numbers: members merge only where they read the same ones
+    by_value: set[str] = dataclasses.field(default_factory=set)
+    flat_indices: list[dict[str, sympy.Expr]] = dataclasses.field(default_factory=list)
+
+    def add(self, snode: Any) -> str | None:
+        """Trace one subnode; why the node has no structure, or None."""
+        why = _unsupported(snode, self.node, self.abstract)
+        if why is not None:
+            return why
+        scheduler = self.node.scheduler
+        body = snode._body
+        names = {dep.name for dep in (*snode.read_writes.reads, *snode.read_writes.writes)}
+        names |= set(snode.get_buffer_names())
+        # a 0-d CPU tensor that a Triton kernel reads is passed by value (``.item()``), not as an address the table
+        # could hold per member: the merged kernel gets the first member's number, so it is part of the structure
+        self.by_value.update(name for name in names if V.graph.is_unspec_arg(name))
+        blocks = [body.root_block, *body.subblocks.values()]
+        for block in blocks:  # slots in order of first use
+            for fx_node in block.graph.nodes:
+                for arg in fx_node.args:
+                    if isinstance(arg, str) and arg in names:
+                        self.slot_of.setdefault(arg, len(self.slot_of))
+        exprs = self._indices(snode, blocks)
+        # an in-place update (optimizer steps, scatters) stores into the buffer it mutates: that buffer gets a slot
+        # too, and which slot each member mutates is part of the structure
+        mutated = {name: scheduler.mutation_real_name.get(name, name) for name in snode.get_buffer_names()}
+        if snode.is_reduction() and any(real != name for name, real in mutated.items()):
+            return f"in-place update in a reduction: {snode.get_name()} updates {sorted(mutated.values())}"
+        for real in mutated.values():
+            self.slot_of.setdefault(real, len(self.slot_of))
+        op_names = self.node.get_operation_names()
+        written = tuple(
+            (name, scheduler.can_buffer_be_removed_through_fusion(name, op_names), mutated[name])
+            for name in snode.get_buffer_names()
+        )
+        iter_sizes, reduce_sizes = snode._sizes
+        self.traced.append((snode, iter_sizes, reduce_sizes, blocks, exprs, written))
+        return None
+
+    def _indices(self, snode: Any, blocks: list[Any]) -> dict[str, tuple[sympy.Expr, int]]:
+        """Each index of ``snode`` without the constant it adds to the buffer it addresses, and that constant; a
+        pointwise kernel's as functions of the flat index it runs over, not of its shape."""
+        body = snode._body
+        addressed = _addressed_buffers(blocks)
+        flat = not snode.is_reduction()
+        exprs = {}
+        if self.abstract:
+            self.flat_indices.append({})
+        for name, expr in body.indexing_exprs.items():
+            if flat:
+                expr = index_math.flatten_loops(expr, body.var_ranges, FLAT_INDEX)
+            if self.abstract:
+                expr = self.flat_indices[-1][name] = index_math.abstract_divisors(expr, self.divisors)
+            buffers = addressed.get(name)
+            rest, constant = index_math.split_constant(expr) if buffers else (expr, 0)
+            exprs[name] = (rest, constant)  # compared structurally (sympy); str() of every index cost more
+            for buffer in buffers or ():
+                self.constants.setdefault(buffer, []).append(constant)
+        return exprs
+
+    def structure(self) -> Structure | str:
+        """The structure of the traced node, or why it has none."""
+        node, slot_of = self.node, self.slot_of
+        # a member may add its own constant to every address of a buffer (x.split(8, 1)[i] reads x at +8*i): it
+        # goes into that buffer's address in the member table; what each index adds beyond it stays in the key
+        base = {buffer: min(values) for buffer, values in self.constants.items()}
+        _, (numel, rnumel) = node.group
+        # one row reduced over one dimension: no index can depend on the row's length (there is no row stride), so
+        # members of different lengths share a body; the kernel reads each member's length from the table
+        one_row = numel == 1 and all(len(reduce_sizes) <= 1 for _, _, reduce_sizes, *_ in self.traced)
+        parts = tuple(self._key_part(traced, base, one_row) for traced in self.traced)
+        slots = sorted(slot_of, key=slot_of.__getitem__)
+        dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
+        numel_expr = None
+        if not isinstance(numel, (int, sympy.Integer)):
+            numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
+        if one_row and not isinstance(rnumel, (int, sympy.Integer)):
+            # (members of different lengths read theirs from the table: a number, not a symbol)
+            return f"symbolic sizes: one row of symbolic length {rnumel}"
+        numbers = tuple(sorted((slot_of[name], name) for name in self.by_value))
+        extent = "one row, any length" if one_row and rnumel != 1 else sympy.sympify(rnumel)
+        key = (str(node.get_device()), extent, dtypes, parts, numel_expr is not None, numbers)
+        in_place = any(real != name for *_, written in self.traced for name, _, real in written)
+        return Structure(
+            key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
+            tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
+        )
+
+    def _key_part(self, traced: Any, base: dict[str, int], one_row: bool) -> tuple[Any, ...]:
+        """One subnode's part of the key: its kind, sizes, loop bodies (slots for names) and what it writes."""
+        snode, iter_sizes, reduce_sizes, blocks, exprs, written = traced
+        graphs = tuple(
+            _graph_key(
+                block.graph,
+                self.slot_of,
+                lambda name, exprs=exprs: exprs[name][0],
+                lambda name, buffer, exprs=exprs: exprs[name][1] - base.get(buffer, 0),
+            )
+            for block in blocks
+        )
+        return (
+            "reduction" if snode.is_reduction() else "pointwise",
+            () if not snode.is_reduction() else tuple(sympy.sympify(s) for s in iter_sizes[1:]),
+            len(reduce_sizes) if one_row else tuple(sympy.sympify(s) for s in reduce_sizes),
+            graphs,
+            tuple((self.slot_of.get(name), removable, self.slot_of[real]) for name, removable, real in written),
+        )
+
+
+def triton_backend(node: Any) -> Any:
+    """The Triton scheduling of the node's device, or None."""
+
+    backend = node.scheduler.get_backend(node.get_device())
+    if isinstance(backend, CUDACombinedScheduling):
+        backend = backend._triton_scheduling
+    return backend if isinstance(backend, TritonScheduling) else None
+
+
+def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
+    """The dimensions of Inductor's tiling for the node's kernel: ``("x",)``, ``("x", "r0_")``, ``("y", "x")``..."""
+    nodes = list(node.get_nodes())
+    _, (numel, rnumel) = node.group
+    schedule = backend.generate_node_schedule(nodes, numel, rnumel)
+    tiling = backend.select_tiling(schedule, numel, rnumel)
+    return tuple(prefix for prefix, extent in tiling.items() if prefix == "x" or extent != 1)

@@ -1,0 +1,40 @@
+"""The horizontal pass's constants, in one place (what each was chosen from is in ``docs/design.md``)."""
+
+from __future__ import annotations
+
+#: The rule's name, as records and the dump give it.
+RULE = "IdenticalKernelsToMemberTableKernel"
+
+#: The largest block Inductor's heuristics pick along x (``TRITON_MAX_BLOCK["X"]``): pointwise members are padded
+#: to a multiple of it, so that no block spans two members whatever block size autotuning picks.
+MAX_XBLOCK = 4096
+#: Bytes each thread of a pointwise member-table kernel loads per tensor, at least: a program first loads its
+#: member's addresses from the table, then its data, and more bytes per program hide more of that.
+BYTES_PER_THREAD = 32
+#: More members than this are split into several groups (the kernel loads one table row per member per block).
+MAX_MEMBERS = 1024
+#: The largest block of rows Inductor's reduction heuristics pick for rows of at least ``MIN_RNUMEL_FOR_TOTAL_HINT``
+#: elements on CUDA (``outer_config_opt``'s 256; persistent reductions' ``xblock_vals`` and ``4096 // rnumel``):
+#: members of a row-reduction group start at multiples of the next power of two of their row count, capped here.
+MAX_REDUCTION_XBLOCK = 256
+#: Below this row width a reduction config may take more rows per block than ``MAX_REDUCTION_XBLOCK`` (a tiny
+#: config's ``2 * (256 // rnumel)``, a persistent one's ``4096 // rnumel``), so such groups keep a member's size hint.
+MIN_RNUMEL_FOR_TOTAL_HINT = 16
+#: Cost of padding: members start at block boundaries, so a group launches blocks that find no work and exit. A
+#: group is split by size only where its padded work is more than ``MAX_PADDING`` times its real work AND the empty
+#: blocks exceed ``MAX_EMPTY_BLOCKS`` (counted pessimistically: one row per block for reductions, 1024 elements per
+#: block for pointwise kernels).
+MAX_PADDING = 2.0
+MAX_EMPTY_BLOCKS = 2048
+#: What one graph may spend on memory estimates for trying merges, in scheduler nodes estimated (each estimate is
+#: Inductor's reordering and memory planning over the whole schedule). Groups are tried whole first, then halves,
+#: level by level, so the estimates go to the largest merges; what is left untried keeps its stock kernels.
+MAX_ESTIMATED_NODES = 32768
+#: The CUDA caching allocator rounds every allocation up to a multiple of this many bytes.
+ALLOCATION_BLOCK = 512
+
+
+def block_alignment(max_numel: int, reduction: bool) -> int:
+    """Members start at multiples of this: a power of two no smaller than any block the heuristics can pick (the
+    kernel's size hint along x is capped at it where it is below the largest block)."""
+    return min(MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK, 1 << (max_numel - 1).bit_length())
