@@ -1,7 +1,5 @@
 """EmbeddingBagOfRegularBagsToReduction: where it fires, where it must not, and numerics (Triton's interpreter)."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -156,8 +154,7 @@ def test_backward_must_not_fire(kwargs, reason):
 
 
 def test_dlrm_inference_matches_eager_with_fewer_launches():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from workloads import WORKLOADS
+    from optimus_ir.testing.workloads import WORKLOADS
 
     model, inputs = WORKLOADS["dlrm"].make("tiny")
     model.eval().requires_grad_(False)

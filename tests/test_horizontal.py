@@ -3,9 +3,7 @@ member table the merged kernels read at run time. Golden kernels and their numer
 
 import contextlib
 import re
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -22,7 +20,6 @@ from optimus_ir import runtime
 from optimus_ir.runtime import MemberTable
 from optimus_ir.scheduler_hooks.horizontal import allocation, buffers, group, memory, merging, planning
 from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
-from optimus_ir.scheduler_hooks.horizontal.rule import IdenticalKernelsToMemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 
 from test_horizontal_random import run_compiled
@@ -234,7 +231,7 @@ def test_with_a_cpp_or_fx_wrapper_the_kernels_are_left_to_stock_with_the_reason(
 def test_kernels_on_a_device_without_triton_are_left_to_stock_with_the_reason():
     # Inductor's C++ kernels on CPU (the default CPU backend): no member tables there, and no internal error on the
     # way (their loop groups are not Triton's); on a GPU, CPU members of a graph that also has CUDA ones stay apart
-    # (benchmarks/mixed_devices_check.py)
+    # (tests/gpu)
     def fn(*xs):
         return [torch.tanh(x) for x in xs]
 
@@ -496,8 +493,8 @@ def test_a_merge_may_not_raise_what_is_live_across_an_aten_fallback():
     alive across the attention backward (an ATen fallback, with memory of its own on the GPU: there this merge
     raised the peak, 165 → 171 MiB, ``suite_matrix_training_gpu0.md``). The estimated peak elsewhere does not
     change, so only the live bytes across the fallback tell."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from workloads import FusedQKVTransformer, WithLoss
+    from optimus_ir.testing.models import FusedQKVTransformer
+    from optimus_ir.testing.workloads import WithLoss
 
     torch.manual_seed(0)
     module = WithLoss(FusedQKVTransformer(seq_len=64, dim=64, heads=2, ffn_hidden=128, layers=2))
@@ -515,8 +512,7 @@ def test_buffers_the_wrapper_keeps_for_reuse_count_in_the_memory_check():
     buffer is allocated by the first tower's last matmul. Two towers' layer norms merged kept four such buffers
     with the shared activation when the cat's buffer came: above stock's peak (2.0 → 2.03 MiB on the H200,
     ``suite_matrix_inference_gpu1.md``) where the estimate, without the kept buffers, saw no raise."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from workloads import MultiTaskTowers
+    from optimus_ir.testing.models import MultiTaskTowers
 
     torch.manual_seed(0)
     model = MultiTaskTowers(in_features=512, shared_hidden=512, tower_hidden=128, num_tasks=16)
@@ -573,16 +569,15 @@ def test_members_too_different_in_size_are_split_by_size():
     def group(numels):
         return [(SimpleNamespace(get_name=lambda i=i: f"op{i}"), Structure((), [], n, [])) for i, n in enumerate(numels)]
 
-    rule = IdenticalKernelsToMemberTableKernel()
     # pointwise members start at multiples of 4096 elements: 3000 one-element members next to a 4M-element one
     # would launch ~12000 empty blocks and triple the work: the small ones go in a group of their own
     with recording() as records:
-        parts = rule._size_classes(group([2**22] + [1] * 3000), reduction=False)
+        parts = planning._size_classes(group([2**22] + [1] * 3000), reduction=False)
     assert [len(p) for p in parts] == [3000]
     assert "split into 2 groups by size" in records[0].detail
     # a little padding (here 3 x 255 rows next to 1000-row members) is cheaper than another launch
-    assert [len(p) for p in rule._size_classes(group([1000] * 10 + [1] * 3), reduction=True)] == [13]
-    assert [len(p) for p in rule._size_classes(group([512 + 32 * i for i in range(48)]), reduction=True)] == [48]
+    assert [len(p) for p in planning._size_classes(group([1000] * 10 + [1] * 3), reduction=True)] == [13]
+    assert [len(p) for p in planning._size_classes(group([512 + 32 * i for i in range(48)]), reduction=True)] == [48]
 
 
 def test_codegen_error_falls_back_to_stock_kernels():

@@ -57,7 +57,7 @@ def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
     def broken(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(split_cat, "_trace", broken)
+    monkeypatch.setattr(split_cat, "trace", broken)
 
     def fn(x):
         return torch.cat([torch.relu(p) for p in x.split(8, dim=1)], dim=1)
