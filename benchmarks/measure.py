@@ -1,6 +1,6 @@
-"""Measurement on a CUDA GPU, shared by the benchmark scripts: kernels per call, time per call, GPU time under
-CUDA-graph replay, compile time, the memory floor. Every variant of a workload is compiled and measured in the
-same process, one after the other, so the numbers compare.
+"""Measurement on a CUDA GPU, shared by the benchmarks: kernels per call, time per call, GPU time under CUDA-graph
+replay, host time per call, compile time, the memory floor; and the results files. Every variant of a workload is
+compiled and measured in the same process, one after the other, so the numbers compare.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 import optimus_ir
+from optimus_ir.records import recording
 
 
 @dataclasses.dataclass
@@ -274,11 +276,11 @@ def _tensors(output: Any) -> list[Any]:
     return list(output) if isinstance(output, (tuple, list)) else [output]
 
 
-def gpu_check_out_dir() -> Path:
-    """The ``--out`` directory of a GPU check script's command line; the check needs a GPU machine."""
-    parser = argparse.ArgumentParser()
+def gpu_out_dir(argv: Sequence[str] | None = None, description: str | None = None) -> Path:
+    """The ``--out`` directory of a command line that takes nothing else; the command needs a GPU machine."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True)
-    out = parser.parse_args().out
+    out = parser.parse_args(argv).out
     assert torch.cuda.is_available(), "run this on a GPU machine"
     return out
 
@@ -316,6 +318,58 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+#: host timing: calls before the timed ones, and the timed calls
+HOST_WARMUP, HOST_CALLS = 20, 300
+
+
+def host_us_per_call(call: Callable[[], Any], calls: int = HOST_CALLS) -> float:
+    """Host microseconds per call of a loop of ``calls`` calls (after ``HOST_WARMUP`` calls; the GPU synchronized
+    before and after the loop, not in it)."""
+    for _ in range(HOST_WARMUP):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host / calls * 1e6
+
+
+def inductor_call_us_per_call(call: Callable[[], Any], calls: int = HOST_CALLS) -> float:
+    """Host microseconds per call spent inside Inductor's compiled graphs (``CompiledFxGraph.__call__``: the
+    wrapper's ``call``, its asserts, allocations, tables and launches); the rest of a call is Dynamo's guards and
+    the AOTAutograd wrappers, which no kernel-level rewrite changes."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    inside = [0.0]
+    real_call = CompiledFxGraph.__call__
+
+    def timed(self, inputs):
+        start = time.perf_counter()
+        try:
+            return real_call(self, inputs)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    with mock.patch.object(CompiledFxGraph, "__call__", timed):
+        for _ in range(HOST_WARMUP):
+            call()
+        inside[0] = 0.0
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    return inside[0] / calls * 1e6
+
+
+def counting_table_writes() -> Any:
+    """``MemberTable._write`` patched to count its calls (``.call_count``): the tables written (a lookup that
+    missed the cache), not taken from it."""
+    from optimus_ir.runtime import MemberTable
+
+    return mock.patch.object(MemberTable, "_write", autospec=True, side_effect=MemberTable._write)
+
+
 def timed_first_call(fn: Callable[[], Any]) -> tuple[Any, float]:
     """Run ``fn`` once (the compile happens here) and return its result and the wall seconds it took."""
     torch.cuda.synchronize()
@@ -337,8 +391,6 @@ def measure_inference(
     """One row: ``fn(*inputs)`` under ``variant``, compiled fresh: kernels and time per call, GPU time under graph
     replay against the memory floor (and against ``copy_ms``, a copy of the same bytes, where given), compile time,
     error against ``expected``, optimus_ir rules fired."""
-    from optimus_ir.registry import recording
-
     torch._dynamo.reset()
     with variant_context(variant), recording() as records:
         run = torch.compile(fn) if variant.compile else fn

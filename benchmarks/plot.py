@@ -2,10 +2,10 @@
 log scale. Reads the JSON that ``measure.write_results`` writes (``suite.json``, ``split_cat.json``,
 ``real_models.json``); needs only matplotlib.
 
-    python benchmarks/plot.py RESULTS.json OUT.png
-    python benchmarks/plot.py RESULTS.json OUT.png --metrics "kernels/call" "ms/call" "replay ms" "first call s"
-    python benchmarks/plot.py RUN1.json RUN2.json OUT.png      # the rows of several runs in one chart
-    python benchmarks/plot.py suite_summary.json OUT.png --variants stock optimus_ir --where mode=training
+    python -m benchmarks plot RESULTS.json OUT.png
+    python -m benchmarks plot RESULTS.json OUT.png --metrics "kernels/call" "ms/call" "replay ms" "first call s"
+    python -m benchmarks plot RUN1.json RUN2.json OUT.png      # the rows of several runs in one chart
+    python -m benchmarks plot suite_summary.json OUT.png --variants stock optimus_ir --where mode=training
 
 A row without a positive number for a metric (a failed CUDA-graph capture, say) has no bar there; a row with an
 error has the word "error" in its place.

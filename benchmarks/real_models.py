@@ -4,8 +4,8 @@ the same run, each compiled cold: kernels per call, time per call, first call (c
 of a call, max relative error against eager and against stock Inductor. A variant that fails leaves its error in
 its row, and the script exits 1 after writing the results.
 
-    python benchmarks/real_models.py --out benchmarks/results/<date>       # on a GPU
-    python benchmarks/real_models.py --codegen-only                        # anywhere: virtual sm_90 kernel counts
+    python -m benchmarks real --out benchmarks/results/<date>       # on a GPU
+    python -m benchmarks real --codegen-only                        # anywhere: virtual sm_90 kernel counts
 
 Any failure or slowdown is a bug to fix, not a row to drop.
 """
@@ -21,13 +21,26 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
+from benchmarks.measure import (
+    VARIANTS,
+    cold_compile,
+    cuda_time_ms,
+    graph_replay_ms,
+    header,
+    kernels_per_call,
+    max_rel_error,
+    peak_memory_bytes,
+    timed_first_call,
+    variant_context,
+    write_results,
+)
+from optimus_ir.inspect import compile_report
+from optimus_ir.records import recording
 
 Model = tuple[str, Callable[[], torch.nn.Module], Callable[[], tuple[torch.Tensor, ...]]]
 
 
-def _models() -> list[Model]:
+def all_models() -> list[Model]:
     """Every model: name, a builder of a module returning one tensor, a maker of its inputs (on the CPU)."""
     return _transformers_models() + _timm_models()
 
@@ -93,9 +106,7 @@ class _LastHidden(torch.nn.Module):
 
 
 def codegen_only() -> None:
-    from optimus_ir.inspect import compile_report
-
-    for name, build, inputs in _models():
+    for name, build, inputs in all_models():
         model = build().eval()
         try:
             with torch.no_grad():
@@ -112,9 +123,7 @@ def codegen_only() -> None:
 def on_gpu(out: Path, only: list[str] | None = None) -> bool:
     """Measure every model (or those in ``only``) under stock Inductor and optimus_ir; write the results. False if
     any variant failed."""
-    from measure import header, write_results
-
-    models = [m for m in _models() if not only or m[0] in only]
+    models = [m for m in all_models() if not only or m[0] in only]
     rows = [row for name, build, make_inputs in models for row in _measure_model(name, build, make_inputs)]
     columns = list(dict.fromkeys(column for row in rows for column in row))
     write_results(out, "real_models", header(" ".join(sys.argv)), rows, columns)
@@ -125,12 +134,6 @@ def _measure_model(
     name: str, build: Callable[[], torch.nn.Module], make_inputs: Callable[[], tuple[torch.Tensor, ...]]
 ) -> list[dict[str, Any]]:
     """The rows of one model: stock Inductor, then optimus_ir, each compiled cold; a failure goes in its row."""
-    from measure import VARIANTS, cold_compile, cuda_time_ms, graph_replay_ms, kernels_per_call, max_rel_error
-    from measure import peak_memory_bytes
-    from measure import timed_first_call, variant_context
-
-    from optimus_ir.registry import recording
-
     torch.manual_seed(0)
     model = build().eval().cuda()
     inputs = tuple(x.cuda() for x in make_inputs())
@@ -161,7 +164,7 @@ def _measure_model(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--codegen-only", action="store_true")
     parser.add_argument("--only", nargs="*", help="model names (default: all)")

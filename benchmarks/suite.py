@@ -1,11 +1,11 @@
-"""The benchmark suite: the workloads of ``workloads.py``, in inference and in a training step, under every variant
+"""The benchmark suite: the model families of ``optimus_ir.testing.workloads``, in inference and in a training step, under every variant
 (eager, stock Inductor, combo kernels, PyTorch's FX "Optimus" passes, optimus_ir), in one process on one GPU (or in
 several, one per GPU: ``--shard``).
 
-    python benchmarks/suite.py --out DIR                         # quick plan (about 8 minutes on an H200)
-    python benchmarks/suite.py --out DIR --plan full --only dlrm multitask
-    python benchmarks/suite.py --out DIR --plan full --shard 1/2       # the second of two processes (GPUs)
-    python benchmarks/plot.py DIR/suite.json DIR/suite.png       # afterwards, anywhere with matplotlib
+    python -m benchmarks suite --out DIR                     # quick plan (about 8 minutes on an H200)
+    python -m benchmarks suite --out DIR --plan full --only dlrm multitask
+    python -m benchmarks suite --out DIR --plan full --shard 1/2   # the second of two processes (GPUs)
+    python -m benchmarks plot DIR/suite.json DIR/suite.png   # afterwards, anywhere with matplotlib
 
 A plan is a list of cases (workload, size, dtype, mode). For each case and variant one row: kernels per call
 (profiler), ms per call (CUDA events, median), GPU ms under CUDA-graph replay, the first call's seconds (the cold
@@ -33,8 +33,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import (  # noqa: E402
+from benchmarks.measure import (
     FX_OPTIMUS_POST_GRAD,
     FX_OPTIMUS_PRE_GRAD,
     VARIANTS,
@@ -51,7 +50,8 @@ from measure import (  # noqa: E402
     variant_context,
     write_results,
 )
-from workloads import WORKLOADS, make_optimizer, train_step  # noqa: E402
+from optimus_ir.records import recording
+from optimus_ir.testing.workloads import WORKLOADS, make_optimizer, train_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MODES = ("inference", "training")
@@ -162,7 +162,7 @@ def build_plan(
     return cases[index::count]
 
 
-def _case(text: str) -> Case:
+def parse_case(text: str) -> Case:
     """``"workload/size/dtype/mode"`` → that case."""
     parts = text.split("/")
     if len(parts) != 4:
@@ -190,7 +190,7 @@ def prepare(
 
     Returns the call that repeats it, what the first call produced, and the first call's wall seconds. Inference:
     the call is a forward pass under ``no_grad``; it produces the outputs. Training: the call is
-    :func:`workloads.train_step`, after one eager step (so that the momentum buffers exist and the compiled step
+    :func:`optimus_ir.testing.workloads.train_step`, after one eager step (so that the momentum buffers exist and the compiled step
     sees its steady state); the first call produces the loss and every parameter's update.
     """
     model, inputs = WORKLOADS[case.workload].make(case.size, DTYPES[case.dtype], device)
@@ -216,8 +216,6 @@ def prepare(
 def measure(case: Case, variant: Variant, reference: list[torch.Tensor]) -> dict[str, Any]:
     """One row: ``case`` under ``variant``, compiled cold; errors against ``reference`` (eager's first call)."""
     from torch._dynamo.utils import counters
-
-    from optimus_ir.registry import recording
 
     row: dict[str, Any] = case.key() | {"variant": variant.name}
     start = time.perf_counter()
@@ -314,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--cases",
         nargs="+",
-        type=_case,
+        type=parse_case,
         metavar="W/S/D/M",
         help="exactly these cases (workload/size/dtype/mode), in this order, instead of a plan (--shard applies)",
     )

@@ -1,7 +1,7 @@
 """One table of every suite case measured: optimus_ir against stock Inductor, combo kernels and FX Optimus, each case
 from the last of the given runs that measured it (all variants of a case come from that one run).
 
-    python benchmarks/summary.py OUT.md RUN1/suite.json RUN2/suite.json ...
+    python -m benchmarks summary OUT.md RUN1/suite.json RUN2/suite.json ...
 
 Writes OUT.md (the table, then the cases where optimus_ir is slower per call or in replay than stock, uses more
 peak memory, or errs more than stock against eager beyond the dtype's tolerance) and OUT.json (the rows the table

@@ -25,7 +25,7 @@ def render(report: CompileReport, stock: CompileReport) -> str:
 
 
 def assert_golden(name: str, actual: str) -> None:
-    import expecttest  # a test extra; the GPU check script uses render() without it
+    import expecttest  # a test extra; render() needs none
 
     path = GOLDEN_DIR / f"{name}.txt"
     if expecttest.ACCEPT:

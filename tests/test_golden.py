@@ -12,9 +12,9 @@ import optimus_ir
 from optimus_ir.codegen_text import normalize, parse_wrapper
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
-from optimus_ir.registry import recording
+from optimus_ir.records import recording
+from optimus_ir.testing.golden_cases import CASES, backward_with_same_grads
 
-from cases import CASES, backward_with_same_grads
 from golden import GOLDEN_DIR, assert_golden, render
 from wrapper_memory import peak_bytes
 

@@ -1,19 +1,14 @@
-"""The benchmark suite's workloads and the parts of its runner that need no GPU, on the CPU, at the tiny size."""
-
-import argparse
-import json
-import sys
-from pathlib import Path
+"""The shared workload registry (``optimus_ir.testing``): the suite's model families on the CPU at the tiny size,
+the storms and chains, and the keys of the compile targets that the decision snapshot compiles."""
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import measure  # noqa: E402
-import suite  # noqa: E402
-from workloads import SIZES, WORKLOADS, make_optimizer, output_loss, train_step  # noqa: E402
+import optimus_ir.testing as registry
+from optimus_ir.testing.golden_cases import CASES
+from optimus_ir.testing.models import SplitActivationChain
+from optimus_ir.testing.storms import CHAINS, STORMS, TRAINING_CHAINS, TRAINING_STORMS
+from optimus_ir.testing.workloads import SIZES, WORKLOADS, make_optimizer, output_loss, train_step
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -48,130 +43,59 @@ def test_output_loss_sums_every_output():
     assert output_loss(outputs[0]).item() == 4.0
 
 
-@pytest.mark.parametrize("mode", suite.MODES)
-def test_prepare_repeats_the_reference(mode, monkeypatch):
-    """Two eager preparations of a case give the same first results: errors against the reference are 0."""
-    monkeypatch.setattr(suite, "timed_first_call", lambda fn: (fn(), 0.0))
-    for name in WORKLOADS:
-        case = suite.Case(name, "tiny", "fp32", mode)
-        call, reference, _ = suite.prepare(case, compiled=False, device="cpu")
-        _, result, _ = suite.prepare(case, compiled=False, device="cpu")
-        assert measure.max_rel_error(result, reference) == 0.0
-        assert measure.all_finite(result)
-        if mode == "training":  # the loss, then one update per parameter, not all zero
-            assert result[0].dim() == 0 and len(result) > 1 and any(u.abs().sum() > 0 for u in result[1:])
-        call()
+def test_registry_holds_every_workload_under_its_own_name():
+    assert [e.name for e in registry.entries("case")] == [c.name for c in CASES]
+    assert [e.name for e in registry.entries("model")] == list(WORKLOADS)
+    assert [(e.name, e.value.dtype) for e in registry.entries("storm")] == [(s.name, s.dtype) for s in STORMS]
+    assert [e.name for e in registry.entries("chain")] == [c.name for c in CHAINS + TRAINING_CHAINS]
+    assert len(registry.REGISTRY) == len(CASES) + len(WORKLOADS) + len(STORMS) + len(CHAINS) + len(TRAINING_CHAINS)
+    assert {e.name for e in registry.entries("storm") if e.training} == set(TRAINING_STORMS)
+    assert registry.REGISTRY["storm:128x tanh [256x512]:torch.bfloat16"].value.dtype == torch.bfloat16
+    assert [e.name for e in registry.entries("chain") if e.training] == [c.name for c in TRAINING_CHAINS]
+    with pytest.raises(ValueError, match="unknown kind"):
+        registry.entries("nope")
 
 
-def test_quick_plan_covers_every_workload_in_inference():
-    cases = suite.build_plan("quick")
-    assert {c.workload for c in cases if c.mode == "inference" and c.dtype == "fp32"} == set(WORKLOADS)
-    assert suite.Case("dlrm", "small", "fp32", "training") in cases
-    assert suite.Case("dlrm", "small", "bf16", "inference") in cases
-    storms = {"split_chain", "tanh_storm", "layernorm_storm", "gelu_storm", "rowsum_storm"}
-    assert any(c.workload in storms and c.mode == "training" for c in cases)
-    assert any(c.workload in storms and c.dtype == "bf16" for c in cases)
-    assert cases[0].workload == "dlrm"
-    assert len(set(cases)) == len(cases)
+def test_compile_target_keys():
+    keys = [key for key, _ in registry.compile_targets()]
+    assert len(keys) == len(set(keys)) == len(CASES) + len(WORKLOADS) * 4 + len(STORMS) * 2 + len(CHAINS) + 1
+    assert keys[0] == f"case:{CASES[0].name}"
+    assert "workload:dlrm:small:training" in keys and "workload:rowsum_storm:tiny:inference" in keys
+    assert "storm:128x tanh [256x512]:torch.bfloat16:training" in keys
+    assert keys[-1] == "chain:split16_chain12[1024x1024,fp32] training step"
 
 
-def test_full_plan_and_only():
-    cases = suite.build_plan("full")
-    assert len(cases) == len(set(cases)) == len(WORKLOADS) * 2 * 2 * 2
-    only = suite.build_plan("full", ["dlrm", "tanh_storm"])
-    assert {c.workload for c in only} == {"dlrm", "tanh_storm"} and len(only) == 16
-    part = suite.build_plan("full", ["dlrm"], sizes=["large"], dtypes=["bf16"], modes=["training"])
-    assert part == [suite.Case("dlrm", "large", "bf16", "training")]
-    shards = [suite.build_plan("full", ["dlrm"], shard=(k, 3)) for k in range(3)]
-    assert sorted(sum(shards, []), key=cases.index) == suite.build_plan("full", ["dlrm"])
-    assert [len(shard) for shard in shards] == [3, 3, 2]
-    with pytest.raises(ValueError, match="must be in"):
-        suite.build_plan("full", shard=(2, 2))
-    with pytest.raises(ValueError, match="unknown workload"):
-        suite.build_plan("quick", ["nope"])
-    with pytest.raises(ValueError, match="unknown plan"):
-        suite.build_plan("slow")
+def test_compile_targets_build_seeded_inputs_on_the_cpu():
+    targets = dict(registry.compile_targets(storm_device="cpu"))
+    fn, first = targets[f"case:{CASES[0].name}"]()
+    _, second = targets[f"case:{CASES[0].name}"]()
+    assert fn is CASES[0].fn and all(torch.equal(a, b) for a, b in zip(first, second))
+    model, inputs = targets["workload:tanh_storm:tiny:inference"]()
+    assert not any(p.requires_grad for p in model.parameters()) and len(inputs) == 4
+    model, _ = targets["workload:tanh_storm:tiny:training"]()
+    assert all(p.requires_grad for p in model.parameters())
+    fn, inputs = targets["storm:48x full sum [256x512]:torch.float32:training"]()
+    assert len(inputs) == 48 and all(x.requires_grad and x.device.type == "cpu" for x in inputs)
+    _, again = targets["storm:48x full sum [256x512]:torch.float32:training"]()
+    assert torch.equal(inputs[0], again[0])
+    fn, (x,) = targets["chain:split16_chain12[1024x1024,fp32] training step"]()
+    assert x.shape == (1024, 1024) and x.requires_grad
+    assert fn(x[:4, :64].detach()).shape == (4, 64)
 
 
-def test_cases_named_on_the_command_line():
-    assert suite._case("dlrm/large/bf16/training") == suite.Case("dlrm", "large", "bf16", "training")
-    for wrong in ("dlrm/large/bf16", "dlrm/huge/bf16/training", "nope/small/fp32/inference"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            suite._case(wrong)
-
-
-def test_fx_optimus_options_exist_in_torch():
-    from torch._inductor.fx_passes import group_batch_fusion, split_cat
-
-    fx_optimus = next(v for v in measure.VARIANTS if v.name == "fx_optimus")
-    pre = fx_optimus.inductor_config["pre_grad_fusion_options"]
-    post = fx_optimus.inductor_config["post_grad_fusion_options"]
-    assert set(pre) <= set(split_cat.PRE_GRAD_PATTERNS) | set(group_batch_fusion.PRE_GRAD_FUSIONS)
-    assert set(post) <= set(split_cat.POST_GRAD_PATTERNS) | set(group_batch_fusion.POST_GRAD_FUSIONS)
-    with measure.variant_context(fx_optimus):
-        assert torch._inductor.config.pre_grad_fusion_options == pre
-    assert torch._inductor.config.pre_grad_fusion_options == {}
-
-
-def test_run_writes_rows_and_skips_past_budget(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "prepare", lambda case, compiled, device="cuda": (None, [torch.ones(1)], 0.0))
-
-    def fake_measure(case, variant, reference):
-        if variant.name == "stock":
-            return case.key() | {"variant": variant.name, "error": "RuntimeError: boom"}
-        return case.key() | {"variant": variant.name, "kernels/call": 3.0, "ms/call": 0.5, "finite": True}
-
-    monkeypatch.setattr(suite, "measure", fake_measure)
-    cases = suite.build_plan("quick", ["tanh_storm"])
-    variants = [v for v in measure.VARIANTS if v.name in ("eager", "stock")]
-    suite.run(cases, variants, tmp_path, {"command": "test"}, budget_s=None)
-    results = json.loads((tmp_path / "suite.json").read_text())
-    assert len(results["rows"]) == len(cases) * len(variants) and results["meta"]["skipped"] == []
-    assert results["rows"][1]["error"] == "RuntimeError: boom"
-    table = (tmp_path / "suite.md").read_text()
-    assert "| " + " | ".join(suite.COLUMNS) + " |" in table and "RuntimeError: boom" in table
-
-    suite.run(cases, variants, tmp_path, {"command": "test"}, budget_s=-1.0)
-    results = json.loads((tmp_path / "suite.json").read_text())
-    assert results["rows"] == [] and results["meta"]["skipped"] == [c.label for c in cases]
-
-
-def test_measure_records_an_error_instead_of_raising(monkeypatch):
-    def failing_prepare(case, compiled, device="cuda"):
-        raise RuntimeError("compile failed")
-
-    monkeypatch.setattr(suite, "prepare", failing_prepare)
-    variant = next(v for v in measure.VARIANTS if v.name == "optimus_ir")
-    row = suite.measure(suite.Case("tanh_storm", "tiny", "fp32", "inference"), variant, [])
-    assert row["error"] == "RuntimeError: compile failed" and row["variant"] == "optimus_ir"
-
-
-def test_suite_help(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        suite.main(["--help"])
-    assert exit_info.value.code == 0
-    help_text = capsys.readouterr().out
-    assert "--plan" in help_text and "--only" in help_text and "--budget-s" in help_text
-
-
-def test_plot(tmp_path):
-    pytest.importorskip("matplotlib")
-    import plot
-
-    rows = [
-        {"workload": "dlrm", "mode": "inference", "variant": "stock", "kernels/call": 115.0, "ms/call": 0.4},
-        {"workload": "dlrm", "mode": "inference", "variant": "optimus_ir", "error": "boom"},
-    ]
-    plot.plot({"meta": {"device": "test"}, "rows": rows}, tmp_path / "out.png")
-    assert (tmp_path / "out.png").stat().st_size > 0
+@pytest.mark.parametrize("storm", STORMS[:3], ids=lambda s: f"{s.name} {s.dtype}")
+def test_storms_run_on_the_cpu(storm):
+    torch.manual_seed(0)
+    inputs = storm.make(storm.dtype, False, device="cpu")
+    outputs = storm.fn(*inputs)
+    assert len(outputs) == len(inputs) // (3 if "layer_norm" in storm.name else 1)
+    assert all(o.dtype == storm.dtype for o in outputs)
 
 
 def test_split_chain_backward_in_bf16_folds_pieces_that_read_buffers_of_undecided_layout():
     """In the bf16 backward of two layers of the split chain ([256, 256]), some pieces read buffers whose layout
     Inductor had not fixed yet; the rule fixes them as they are and folds every cat (a rejection before), and the
     gradients are eager's."""
-    from workloads import SplitActivationChain
-
     from optimus_ir import enabled
     from optimus_ir.inspect import compile_report
     from optimus_ir.interpret import cpu_triton_interpreter

@@ -1,0 +1,234 @@
+"""The parts of the benchmarks' runners that need no GPU, on the CPU: the suite's plans and rows, the variants, the
+summary of several runs, the plot, the per-call floor and the member-table write counter. Not run by CI (its
+tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from benchmarks import measure, per_call, suite, summary
+from optimus_ir.testing.workloads import WORKLOADS
+
+
+
+@pytest.mark.parametrize("mode", suite.MODES)
+def test_prepare_repeats_the_reference(mode, monkeypatch):
+    """Two eager preparations of a case give the same first results: errors against the reference are 0."""
+    monkeypatch.setattr(suite, "timed_first_call", lambda fn: (fn(), 0.0))
+    for name in WORKLOADS:
+        case = suite.Case(name, "tiny", "fp32", mode)
+        call, reference, _ = suite.prepare(case, compiled=False, device="cpu")
+        _, result, _ = suite.prepare(case, compiled=False, device="cpu")
+        assert measure.max_rel_error(result, reference) == 0.0
+        assert measure.all_finite(result)
+        if mode == "training":  # the loss, then one update per parameter, not all zero
+            assert result[0].dim() == 0 and len(result) > 1 and any(u.abs().sum() > 0 for u in result[1:])
+        call()
+
+
+def test_quick_plan_covers_every_workload_in_inference():
+    cases = suite.build_plan("quick")
+    assert {c.workload for c in cases if c.mode == "inference" and c.dtype == "fp32"} == set(WORKLOADS)
+    assert suite.Case("dlrm", "small", "fp32", "training") in cases
+    assert suite.Case("dlrm", "small", "bf16", "inference") in cases
+    storms = {"split_chain", "tanh_storm", "layernorm_storm", "gelu_storm", "rowsum_storm"}
+    assert any(c.workload in storms and c.mode == "training" for c in cases)
+    assert any(c.workload in storms and c.dtype == "bf16" for c in cases)
+    assert cases[0].workload == "dlrm"
+    assert len(set(cases)) == len(cases)
+
+
+def test_full_plan_and_only():
+    cases = suite.build_plan("full")
+    assert len(cases) == len(set(cases)) == len(WORKLOADS) * 2 * 2 * 2
+    only = suite.build_plan("full", ["dlrm", "tanh_storm"])
+    assert {c.workload for c in only} == {"dlrm", "tanh_storm"} and len(only) == 16
+    part = suite.build_plan("full", ["dlrm"], sizes=["large"], dtypes=["bf16"], modes=["training"])
+    assert part == [suite.Case("dlrm", "large", "bf16", "training")]
+    shards = [suite.build_plan("full", ["dlrm"], shard=(k, 3)) for k in range(3)]
+    assert sorted(sum(shards, []), key=cases.index) == suite.build_plan("full", ["dlrm"])
+    assert [len(shard) for shard in shards] == [3, 3, 2]
+    with pytest.raises(ValueError, match="must be in"):
+        suite.build_plan("full", shard=(2, 2))
+    with pytest.raises(ValueError, match="unknown workload"):
+        suite.build_plan("quick", ["nope"])
+    with pytest.raises(ValueError, match="unknown plan"):
+        suite.build_plan("slow")
+
+
+def test_cases_named_on_the_command_line():
+    assert suite.parse_case("dlrm/large/bf16/training") == suite.Case("dlrm", "large", "bf16", "training")
+    for wrong in ("dlrm/large/bf16", "dlrm/huge/bf16/training", "nope/small/fp32/inference"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            suite.parse_case(wrong)
+
+
+def test_fx_optimus_options_exist_in_torch():
+    from torch._inductor.fx_passes import group_batch_fusion, split_cat
+
+    fx_optimus = next(v for v in measure.VARIANTS if v.name == "fx_optimus")
+    pre = fx_optimus.inductor_config["pre_grad_fusion_options"]
+    post = fx_optimus.inductor_config["post_grad_fusion_options"]
+    assert set(pre) <= set(split_cat.PRE_GRAD_PATTERNS) | set(group_batch_fusion.PRE_GRAD_FUSIONS)
+    assert set(post) <= set(split_cat.POST_GRAD_PATTERNS) | set(group_batch_fusion.POST_GRAD_FUSIONS)
+    with measure.variant_context(fx_optimus):
+        assert torch._inductor.config.pre_grad_fusion_options == pre
+    assert torch._inductor.config.pre_grad_fusion_options == {}
+
+
+def test_run_writes_rows_and_skips_past_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "prepare", lambda case, compiled, device="cuda": (None, [torch.ones(1)], 0.0))
+
+    def fake_measure(case, variant, reference):
+        if variant.name == "stock":
+            return case.key() | {"variant": variant.name, "error": "RuntimeError: boom"}
+        return case.key() | {"variant": variant.name, "kernels/call": 3.0, "ms/call": 0.5, "finite": True}
+
+    monkeypatch.setattr(suite, "measure", fake_measure)
+    cases = suite.build_plan("quick", ["tanh_storm"])
+    variants = [v for v in measure.VARIANTS if v.name in ("eager", "stock")]
+    suite.run(cases, variants, tmp_path, {"command": "test"}, budget_s=None)
+    results = json.loads((tmp_path / "suite.json").read_text())
+    assert len(results["rows"]) == len(cases) * len(variants) and results["meta"]["skipped"] == []
+    assert results["rows"][1]["error"] == "RuntimeError: boom"
+    table = (tmp_path / "suite.md").read_text()
+    assert "| " + " | ".join(suite.COLUMNS) + " |" in table and "RuntimeError: boom" in table
+
+    suite.run(cases, variants, tmp_path, {"command": "test"}, budget_s=-1.0)
+    results = json.loads((tmp_path / "suite.json").read_text())
+    assert results["rows"] == [] and results["meta"]["skipped"] == [c.label for c in cases]
+
+
+def test_measure_records_an_error_instead_of_raising(monkeypatch):
+    def failing_prepare(case, compiled, device="cuda"):
+        raise RuntimeError("compile failed")
+
+    monkeypatch.setattr(suite, "prepare", failing_prepare)
+    variant = next(v for v in measure.VARIANTS if v.name == "optimus_ir")
+    row = suite.measure(suite.Case("tanh_storm", "tiny", "fp32", "inference"), variant, [])
+    assert row["error"] == "RuntimeError: compile failed" and row["variant"] == "optimus_ir"
+
+
+def test_suite_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        suite.main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "--plan" in help_text and "--only" in help_text and "--budget-s" in help_text
+
+
+def test_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks import plot
+
+    rows = [
+        {"workload": "dlrm", "mode": "inference", "variant": "stock", "kernels/call": 115.0, "ms/call": 0.4},
+        {"workload": "dlrm", "mode": "inference", "variant": "optimus_ir", "error": "boom"},
+    ]
+    plot.plot({"meta": {"device": "test"}, "rows": rows}, tmp_path / "out.png")
+    assert (tmp_path / "out.png").stat().st_size > 0
+
+
+
+
+def _row(variant, ms, peak=4.0, err=1e-7, **case):
+    fields = dict(workload="dlrm", size="small", dtype="fp32", mode="inference") | case
+    return fields | {"variant": variant, "kernels/call": 10, "ms/call": ms, "replay ms": ms / 2, "peak MiB": peak,
+                     "max rel err": err, "first call s": 1.0}
+
+
+def _run(tmp_path, name, rows):
+    path = tmp_path / name / "suite.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"meta": {}, "rows": rows}))
+    return path
+
+
+def test_each_case_comes_from_the_last_run_that_measured_it(tmp_path):
+    old = _run(tmp_path, "old", [_row("stock", 2.0), _row("optimus_ir", 1.0), _row("stock", 2.0, mode="training"),
+                                 _row("optimus_ir", 1.0, mode="training")])
+    new = _run(tmp_path, "new", [_row("stock", 3.0), _row("optimus_ir", 1.5),
+                                 _row("stock", 3.0, mode="training"), {**_row("optimus_ir", 1.0, mode="training"),
+                                                                       "error": "RuntimeError"}])
+    cases = summary.latest_cases([old, new])
+    assert cases[("dlrm", "small", "fp32", "inference")][0] == new
+    assert cases[("dlrm", "small", "fp32", "training")][0] == old  # the new run's optimus_ir row failed
+
+
+def test_findings_report_slowdowns_memory_and_errors_beyond_noise_and_tolerance():
+    case = ("dlrm", "small", "bf16", "inference")
+    same = {"stock": _row("stock", 1.0), "optimus_ir": _row("optimus_ir", 1.04)}
+    assert summary.findings(case, same) == []
+    worse = {"stock": _row("stock", 1.0, err=1e-3), "optimus_ir": _row("optimus_ir", 1.2, peak=8.0, err=2e-2)}
+    notes = summary.findings(case, worse)
+    assert len(notes) == 4 and "per call" in notes[0] and "replay" in notes[1] and "peak" in notes[2]
+    within_bf16_tolerance = {"stock": _row("stock", 1.0, err=1e-6), "optimus_ir": _row("optimus_ir", 1.0, err=3e-3)}
+    assert summary.findings(case, within_bf16_tolerance) == []
+    assert summary.findings(("dlrm", "small", "fp32", "inference"), within_bf16_tolerance)
+
+
+def test_the_benchmarks_count_member_table_writes_through_a_method_the_table_has():
+    """per_call_profile counts misses by patching ``MemberTable._write`` (``measure.counting_table_writes``)."""
+    from optimus_ir.runtime import MemberTable
+
+    table = MemberTable(starts=[0, 1024], numels=[10, 20], pad_to=2)
+    a, b = torch.zeros(1), torch.zeros(1)
+    with measure.counting_table_writes() as writes:
+        table(a, b)
+        table(a, b)
+        table(b, a)
+    assert writes.call_count == 2
+
+
+@pytest.mark.parametrize(
+    "shapes", [[(4, 3)] * 5, [(2 + i, 3) for i in range(5)], [()] * 5, [(3, 2), (5,), ()]],
+    ids=["same shape", "rows of different counts", "0-d", "unalike"],
+)
+def test_the_ledgers_floor_makes_new_outputs_every_call_and_runs_nothing_else(shapes):
+    """per_call's fresh-outputs variant: each call returns new tensors shaped as the function's outputs
+    (the last call's are not reused), whatever the inputs hold."""
+    def fn(*xs):
+        return [x * 2 for x in xs]
+
+    inputs = [torch.randn(shape) for shape in shapes]
+    fresh = per_call.compiled_fresh_outputs(fn, fn(*inputs))
+    first, second = fresh(*inputs), fresh(*inputs)
+    assert [tuple(t.shape) for t in first] == [tuple(t.shape) for t in second] == [tuple(s) for s in shapes]
+    assert not {t.data_ptr() for t in first if t.numel()} & {t.data_ptr() for t in second if t.numel()}
+    assert not any(t._is_view() for t in first)
+
+
+def test_every_command_names_a_module_with_a_main(capsys):
+    import ast
+    import importlib.util
+
+    from benchmarks.__main__ import COMMANDS, main
+
+    for command, (module, _) in COMMANDS.items():
+        spec = importlib.util.find_spec(module)
+        assert spec is not None, command
+        tree = ast.parse(open(spec.origin).read())
+        assert any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body), command
+    main(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"  {command} " in out for command in COMMANDS)
+
+
+def test_decisions_compare_reports_what_differs():
+    from benchmarks.probes.decisions import compare
+
+    old = {"a": {"records": ["r1"], "wrapper": "x\ny\n", "launches": ["k"]}, "b": {"error": "E"},
+           "c": {"records": [], "wrapper": "", "launches": []}}
+    new = {"a": {"records": ["r1"], "wrapper": "x\nz\n", "launches": ["k"]}, "b": {"error": "E"},
+           "d": {"records": [], "wrapper": "", "launches": []}}
+    report, identical = compare(old, new)
+    assert not identical
+    assert "a: DIFFERS in wrapper; identical records, launches" in report
+    assert "    wrapper: -y" in report and "    wrapper: +z" in report
+    assert "b: identical (both failed the same way)" in report
+    assert "c: only before" in report and "d: only after" in report
+    assert report[-1] == "1 of 4 keys identical (records, wrapper and launches)"
+    assert compare(old, old) == ([f"{k}: identical" + (" (both failed the same way)" if k == "b" else "")
+                                  for k in "abc"] + ["3 of 3 keys identical (records, wrapper and launches)"], True)

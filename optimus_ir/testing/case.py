@@ -1,0 +1,32 @@
+"""A golden case: a function, its example inputs, and what optimus_ir must do to it (:data:`golden_cases.CASES`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    fn: Callable[..., Any]
+    make_inputs: Callable[[], tuple[torch.Tensor, ...]]
+    stock_launches: int  # launches one call of stock Inductor makes (virtual sm_90)
+    launches: int  # launches with optimus_ir
+    fired: tuple[str, ...]  # rules that must fire
+    atol: float = 1e-5
+    rtol: float = 1e-5
+
+
+def backward_with_same_grads(actual: Any, expected: Any) -> None:
+    """If the outputs require grad, backpropagate the same random gradients through ``actual`` and ``expected``."""
+    actual = list(actual) if isinstance(actual, (list, tuple)) else [actual]
+    expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    if actual[0].requires_grad:
+        grads = [torch.randn_like(out) for out in actual]
+        torch.autograd.backward(actual, grads)
+        torch.autograd.backward(expected, grads)
+

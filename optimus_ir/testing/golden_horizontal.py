@@ -1,0 +1,164 @@
+"""The golden cases of the horizontal pass: N independent kernels of one body (pointwise, row and full reductions,
+layer norms, optimizer steps, backwards) and embedding bags (part of
+:data:`optimus_ir.testing.golden_cases.CASES`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from optimus_ir.testing.case import Case
+
+
+def _tensors(*shapes: tuple[int, ...], grad: bool = False) -> Callable[[], tuple[torch.Tensor, ...]]:
+    return lambda: tuple(torch.randn(*shape, requires_grad=grad) for shape in shapes)
+
+
+def tanh_scale_each(*xs):
+    return [torch.tanh(x) * 2 for x in xs]
+
+
+def tanh_each(*xs):
+    return [torch.tanh(x) for x in xs]
+
+
+def gelu_each(*xs):
+    return [F.gelu(x) for x in xs]
+
+
+def bias_gelu_each(*xs_and_biases):
+    xs, biases = xs_and_biases[::2], xs_and_biases[1::2]
+    return [F.gelu(x + bias) for x, bias in zip(xs, biases)]
+
+
+def row_sum_each(*xs):
+    return [x.sum(dim=-1) for x in xs]
+
+
+def full_sum_each(*xs):
+    return [x.sum() for x in xs]
+
+
+def row_sum_of_tanh_each(*xs):
+    return [torch.tanh(x).sum(dim=-1) for x in xs]
+
+
+def layer_norm_each(*args):
+    n = len(args) // 3
+    xs, weights, biases = args[:n], args[n : 2 * n], args[2 * n :]
+    return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(xs, weights, biases)]
+
+
+def sgd_momentum_each(*args):
+    # SGD with momentum, one parameter at a time (foreach=False): in-place updates of weights of different shapes
+    n = len(args) // 3
+    params, grads, buffers = args[:n], args[n : 2 * n], args[2 * n :]
+    for p, g, b in zip(params, grads, buffers):
+        p.add_(b.mul_(0.9).add_(g), alpha=-0.01)
+    return [*params, *buffers]
+
+
+_SGD_SHAPES = ((64, 32), (32,), (128, 64), (64,), (100, 16), (16,))
+
+_SEVEN_ROW_COUNTS = (64, 128, 33, 256, 7, 200, 100)
+_SEVEN_WIDTHS = (64, 96, 128, 192, 256, 384, 512)
+
+HORIZONTAL_CASES = [
+    Case(
+        "horizontal_tanh_12", tanh_scale_each, _tensors(*[(64, 256)] * 12), 12, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        "horizontal_gelu_7_sizes", gelu_each, _tensors(*[(rows, 96) for rows in _SEVEN_ROW_COUNTS * 2]), 14, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        # the bias is read at x % width: the width is a value of the member (a divisor in its table row)
+        "horizontal_bias_gelu_7_widths", bias_gelu_each,
+        _tensors(*[shape for width in _SEVEN_WIDTHS * 2 for shape in ((32, width), (width,))]), 14, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        "horizontal_row_sum_ragged", row_sum_each, _tensors(*[(rows, 200) for rows in (64, 64, 100, 7, 64, 30)]),
+        6, 1, ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+    ),
+    Case(
+        # Inductor splits each sum in two: partial sums (as many as the tensor's size gives), then their sum, one
+        # row of 2..16 partial sums per tensor: the second stages read each member's row length from the table
+        "horizontal_full_sum_ragged", full_sum_each,
+        _tensors(*[(rows, 512) for rows in (32, 48, 64, 96, 128, 160, 192, 224, 256, 32, 64, 128)]), 24, 2,
+        ("IdenticalKernelsToMemberTableKernel",), atol=1e-3,
+    ),
+    Case(
+        "horizontal_layer_norm_4", layer_norm_each, _tensors(*[(48, 256)] * 4, *[(256,)] * 8), 4, 1,
+        ("IdenticalKernelsToMemberTableKernel",), atol=1e-4,
+    ),
+    Case(
+        # weights and biases of six shapes: their indices flatten to the same one, one kernel
+        "horizontal_sgd_momentum", sgd_momentum_each, _tensors(*_SGD_SHAPES * 3), 6, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        # backward: five incoming gradients; merged, they all stay alive until the one kernel has allocated all
+        # five input gradients, above the peak of stock's kernels, which free each after its own: two members
+        # merge, under that peak (5 → 4 launches)
+        "horizontal_row_sum_tanh_training", row_sum_of_tanh_each,
+        _tensors(*[(rows, 64) for rows in (32, 32, 16, 48, 32)], grad=True), 10, 5,
+        ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+    ),
+    Case(
+        # backward: each member reads its saved tanh output, which the forward returns (not donated), and
+        # writes its gradient over it where the call alone holds it (here the caller holds them: allocated)
+        "horizontal_tanh_training_saved_outputs", tanh_each, _tensors(*[(32, 64)] * 6, grad=True), 12, 2,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+]
+
+
+def embedding_bags_with_norms(ids, *params):
+    # a DLRM sparse arch: a sum bag of 3 ids per row from each table, then the table's own layer norm
+    n = len(params) // 3
+    tables, weights, biases = params[:n], params[n : 2 * n], params[2 * n :]
+    return [
+        F.layer_norm(F.embedding_bag(i, table, mode="sum"), (table.shape[1],), w, b)
+        for i, table, w, b in zip(ids.unbind(0), tables, weights, biases)
+    ]
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "embedding_bags_with_norms",
+        embedding_bags_with_norms,
+        lambda: (torch.randint(0, 50, (4, 8, 3)), *[torch.randn(50, 16) for _ in range(4)],
+                 *[torch.randn(16) for _ in range(8)]),
+        12,
+        1,
+        ("EmbeddingBagOfRegularBagsToReduction", "IdenticalKernelsToMemberTableKernel"),
+        atol=1e-4,
+    )
+)
+
+
+def embedding_bags_training(ids, *tables):
+    # the sparse arch in a training step: each table's bags (sum, then mean) scaled; the tables require grad
+    return [F.embedding_bag(i, table, mode="sum" if k % 2 == 0 else "mean") * (k + 1)
+            for k, (i, table) in enumerate(zip(ids.unbind(0), tables))]
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "embedding_bags_training",
+        embedding_bags_training,
+        lambda: (torch.randint(0, 50, (4, 8, 3)), *[torch.randn(50, 16, requires_grad=True) for _ in range(4)]),
+        17,
+        # forward: the backward no longer reads the offsets, offset2bag and the rest, so the offsets and the 4 ATen
+        # kernels become 4 reductions fused with their scale (tables of both modes and scales: different bodies);
+        # backward: 4 ATen kernels (each ~20 launches on the GPU) → per table the bag gradient, a zero fill ordered
+        # after it, a scatter-add: 10 launches
+        14,
+        ("EmbeddingBagOfRegularBagsToReduction", "EmbeddingBagBackwardOfRegularBagsToScatterAdd"),
+        atol=1e-4,
+    )
+)
