@@ -27,7 +27,7 @@ from benchmarks.measure import (
     write_results,
 )
 from optimus_ir.records import recording
-from optimus_ir.scheduler_hooks.horizontal import MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
 from optimus_ir.testing.storms import layer_norm_each, layer_norm_inputs, storm_tensors, tanh_each
 
 
