@@ -25,7 +25,7 @@ from unittest import mock
 
 from benchmarks.measure import VARIANTS, header, write_results
 from benchmarks.suite import measure, parse_case, prepare
-from optimus_ir.scheduler_hooks import horizontal
+from optimus_ir.scheduler_hooks.horizontal import memory, merging
 
 
 @contextlib.contextmanager
@@ -41,7 +41,7 @@ def peak_tolerance(tolerance: float) -> Iterator[None]:
     # its forward's graph is gone would be held to the forward's peak) and its peaks before any merge
     first: dict[int, tuple[object, int, int]] = {}
 
-    def no_higher_than(self: horizontal.MemoryEstimate, before: horizontal.MemoryEstimate) -> bool:
+    def no_higher_than(self: memory.MemoryEstimate, before: memory.MemoryEstimate) -> bool:
         graph = V.graph
         _, peak, peak_tangents_freed = first.setdefault(id(graph), (graph, before.peak, before.peak_tangents_freed))
         return (
@@ -50,7 +50,7 @@ def peak_tolerance(tolerance: float) -> Iterator[None]:
             and all(live <= before.at_fallbacks.get(name, live) for name, live in self.at_fallbacks.items())
         )
 
-    live_while_running = horizontal._live_while_running
+    live_while_running = merging.live_while_running
 
     def scaled_live_while_running(*args: object) -> tuple[float, float]:
         # the pass's shortcut (a group whose own bytes are above the peak is split without an estimate), with the
@@ -59,8 +59,8 @@ def peak_tolerance(tolerance: float) -> Iterator[None]:
         return own / (1 + tolerance), tangents / (1 + tolerance)
 
     with (
-        mock.patch.object(horizontal.MemoryEstimate, "no_higher_than", no_higher_than),
-        mock.patch.object(horizontal, "_live_while_running", scaled_live_while_running),
+        mock.patch.object(memory.MemoryEstimate, "no_higher_than", no_higher_than),
+        mock.patch.object(merging, "live_while_running", scaled_live_while_running),
     ):
         yield
 

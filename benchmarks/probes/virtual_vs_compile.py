@@ -36,7 +36,7 @@ from optimus_ir import interpret, switch, virtual_cuda
 from optimus_ir.codegen_text import GraphCode, normalize, parse_wrapper
 from optimus_ir.inspect import report_for
 from optimus_ir.records import RewriteRecord, recording
-from optimus_ir.scheduler_hooks import horizontal
+from optimus_ir.scheduler_hooks.horizontal import memory, merging
 from optimus_ir.testing.workloads import WORKLOADS, WithLoss
 
 
@@ -45,16 +45,16 @@ def first_peaks() -> Iterator[list[int]]:
     """Yields the list of each graph's first peak estimate by the horizontal pass, graph after graph."""
     peaks: list[int] = []
     graphs: list[Any] = []  # kept, so that no later graph takes a freed one's id
-    estimate = horizontal._peak_memory
+    estimate = merging.peak_memory
 
-    def logged(nodes: list[Any], bytes_of: Any) -> horizontal.MemoryEstimate:
+    def logged(nodes: list[Any], bytes_of: Any) -> memory.MemoryEstimate:
         result = estimate(nodes, bytes_of)
         if not any(graph is V.graph for graph in graphs):
             graphs.append(V.graph)
             peaks.append(result.peak)
         return result
 
-    with mock.patch.object(horizontal, "_peak_memory", logged):
+    with mock.patch.object(merging, "peak_memory", logged):
         yield peaks
 
 
