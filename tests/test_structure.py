@@ -104,3 +104,15 @@ def test_the_graph_is_read_from_the_sources():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_product_file_is_over_600_lines(module):
     assert len(MODULES[module].read_text().splitlines()) <= MAX_LINES
+
+
+def test_no_rule_stores_its_state_on_inductors_objects():
+    """Per-graph facts live in ``graph_state.GraphState``; nothing sets an ``optimus_ir_*`` attribute on a graph,
+    a wrapper or a node (the one such attribute is the run time's, on a member table's tensor)."""
+    import re
+
+    stored = [
+        (module, line) for module, path in MODULES.items() if module != "optimus_ir.runtime"
+        for line in path.read_text().splitlines() if re.search(r"\.optimus_ir_\w+\s*=|setattr\([^)]*\"optimus_ir_", line)
+    ]
+    assert stored == []

@@ -256,12 +256,12 @@ class RegionsOfAllocations:
 
     @classmethod
     def of(cls, wrapper: Any) -> RegionsOfAllocations:
-        """The wrapper's regions (made on first use, with its ``codegen_free`` routing regions here)."""
-        if not hasattr(wrapper, "optimus_ir_regions"):
-            wrapper.optimus_ir_regions = regions = cls(wrapper)
-            stock_free = wrapper.codegen_free
-            wrapper.codegen_free = lambda buffer: regions.free(buffer) or stock_free(buffer)
-        return wrapper.optimus_ir_regions
+        """The wrapper's regions, made on first use; the graph's state keeps them, and the wrapper's frees of its
+        regions come here (``codegen_free``, replaced by :mod:`optimus_ir.patches`)."""
+        regions = graph_state().regions
+        if wrapper not in regions:
+            regions[wrapper] = cls(wrapper)
+        return regions[wrapper]
 
     def add(self, storage: str, allocation: OneAllocation, function: str, make_tensors: str, as_tensors: bool) -> None:
         """Register ``allocation`` (just allocated as ``storage``); ``make_tensors`` is the line that makes its
