@@ -23,6 +23,15 @@ import torch
 
 import optimus_ir
 from optimus_ir.records import recording
+from optimus_ir.testing.measure import (  # noqa: F401  (the benchmarks import them from here)
+    COLD_COMPILE_CONFIG,
+    cold_compile,
+    cuda_events,
+    kernels_per_call,
+    max_rel_error,
+    peak_memory_bytes,
+    tensors_of,
+)
 
 
 @dataclasses.dataclass
@@ -101,40 +110,10 @@ VARIANTS = [
     Variant("optimus_ir", True, {}, "all"),
 ]
 
-#: Inductor settings for compile times that compare: no FX-graph cache, no autotuning beyond the default heuristics.
-COLD_COMPILE_CONFIG = {
-    "fx_graph_cache": False,
-    "fx_graph_remote_cache": False,
-    "autotune_local_cache": False,
-    "max_autotune": False,
-    "max_autotune_gemm": False,
-    "max_autotune_pointwise": False,
-    "coordinate_descent_tuning": False,
-}
-
-
 @contextlib.contextmanager
 def variant_context(variant: Variant) -> Iterator[None]:
     with torch._inductor.config.patch(variant.inductor_config), optimus_ir.enabled(variant.passes):
         yield
-
-
-@contextlib.contextmanager
-def cold_compile() -> Iterator[None]:
-    """Everything compiled inside compiles from scratch, whatever the process compiled before: Dynamo reset, fresh
-    (temporary) Inductor and Triton cache directories, no FX-graph or AOTAutograd cache, no max-autotune. Keep
-    every call of the compiled code inside too, so that a recompile (or a lazy backward compile) is cold as well."""
-    import torch._functorch.config
-    from torch._inductor.utils import fresh_cache
-
-    torch._dynamo.reset()
-    with (
-        fresh_cache(),
-        torch._inductor.config.patch(COLD_COMPILE_CONFIG),
-        torch._functorch.config.patch(enable_autograd_cache=False),
-    ):
-        yield
-    torch._dynamo.reset()
 
 
 def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:
@@ -214,33 +193,6 @@ def _replay_work_ms(graph: torch.cuda.CUDAGraph, replays: int = 20) -> float:
     return sum(e.time_range.elapsed_us() for e in work) / 1000 / replays
 
 
-def cuda_events(fn: Callable[[], Any], calls: int) -> list[str]:
-    """The names of the CUDA events (kernels and copies) of ``calls`` calls of ``fn``, from the profiler."""
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
-def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """GPU kernels launched per call, counted with the profiler."""
-    fn()
-    return len(cuda_events(fn, calls)) / calls
-
-
-def peak_memory_bytes(fn: Callable[[], Any]) -> int:
-    """Peak bytes the GPU held during one ``fn()`` call above what was allocated before it (weights, inputs,
-    optimizer state, and whatever earlier variants left alive, which must not count against this one)."""
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
-
-
 def copy_bandwidth_bytes_per_ms() -> float:
     """Device-to-device copy bandwidth (bytes read + written per ms), measured on a 2 GiB copy."""
     src = torch.empty(2**29, dtype=torch.float32, device="cuda").uniform_()
@@ -258,22 +210,9 @@ def same_bytes_copy_replay_ms(nbytes: int) -> float | None:
     return graph_replay_ms(lambda: dst.copy_(src))
 
 
-def max_rel_error(actual: Any, expected: Any) -> float:
-    actual, expected = _tensors(actual), _tensors(expected)
-    worst = 0.0
-    for a, e in zip(actual, expected):
-        a64, e64 = a.detach().double(), e.detach().double()
-        worst = max(worst, float((a64 - e64).norm() / e64.norm().clamp_min(1e-30)))
-    return worst
-
-
 def all_finite(output: Any) -> bool:
     """Whether every element of ``output`` (a tensor, or a tuple or list of them) is finite (no inf, no NaN)."""
-    return all(bool(torch.isfinite(t).all()) for t in _tensors(output))
-
-
-def _tensors(output: Any) -> list[Any]:
-    return list(output) if isinstance(output, (tuple, list)) else [output]
+    return all(bool(torch.isfinite(t).all()) for t in tensors_of(output))
 
 
 def gpu_out_dir(argv: Sequence[str] | None = None, description: str | None = None) -> Path:

@@ -46,7 +46,7 @@ def events_per_step(step, windows: list[int]) -> dict[int, collections.Counter]:
     for start in windows:
         for _ in range(start - done - 1):
             step()
-        names = cuda_events(step, STEPS_PER_WINDOW)
+        names = [event.name for event in cuda_events(step, STEPS_PER_WINDOW)]
         counts[start] = collections.Counter("copy" if "Memcpy" in name else "kernel" for name in names)
         done = start + STEPS_PER_WINDOW - 1
     return counts

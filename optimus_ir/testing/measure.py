@@ -1,0 +1,83 @@
+"""What the GPU tests (``tests/gpu``) and the benchmarks both measure with: a cold compile, the CUDA events of a
+call, kernels per call, the peak memory of a call, the relative error of outputs. Depends on torch alone."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["COLD_COMPILE_CONFIG", "cold_compile", "cuda_events", "kernels_per_call", "max_rel_error",
+           "peak_memory_bytes", "tensors_of"]
+
+#: Inductor settings for compile times that compare: no FX-graph cache, no autotuning beyond the default heuristics.
+COLD_COMPILE_CONFIG = {
+    "fx_graph_cache": False,
+    "fx_graph_remote_cache": False,
+    "autotune_local_cache": False,
+    "max_autotune": False,
+    "max_autotune_gemm": False,
+    "max_autotune_pointwise": False,
+    "coordinate_descent_tuning": False,
+}
+
+
+@contextlib.contextmanager
+def cold_compile() -> Iterator[None]:
+    """Everything compiled inside compiles from scratch, whatever the process compiled before: Dynamo reset, fresh
+    (temporary) Inductor and Triton cache directories, no FX-graph or AOTAutograd cache, no max-autotune. Keep
+    every call of the compiled code inside too, so that a recompile (or a lazy backward compile) is cold as well."""
+    import torch._functorch.config
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    with (
+        fresh_cache(),
+        torch._inductor.config.patch(COLD_COMPILE_CONFIG),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        yield
+    torch._dynamo.reset()
+
+
+def cuda_events(fn: Callable[[], Any], calls: int = 1) -> list[Any]:
+    """The CUDA events (kernels and copies) of ``calls`` calls of ``fn``, from the profiler."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    """GPU kernels (and copies) launched per call, counted with the profiler after one call."""
+    fn()
+    return len(cuda_events(fn, calls)) / calls
+
+
+def peak_memory_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes the GPU held during one ``fn()`` call above what was allocated before it (weights, inputs,
+    optimizer state, and whatever earlier variants left alive, which must not count against this one)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def tensors_of(output: Any) -> list[Any]:
+    """``output`` (a tensor, or a tuple or list of them) as a list of tensors."""
+    return list(output) if isinstance(output, (tuple, list)) else [output]
+
+
+def max_rel_error(actual: Any, expected: Any) -> float:
+    """The largest ``|a - e| / |e|`` (norms, in float64) over the tensors of ``actual`` and ``expected``."""
+    worst = 0.0
+    for a, e in zip(tensors_of(actual), tensors_of(expected)):
+        a64, e64 = a.detach().double(), e.detach().double()
+        worst = max(worst, float((a64 - e64).norm() / e64.norm().clamp_min(1e-30)))
+    return worst
