@@ -53,7 +53,8 @@ def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels
     for record in ours.rewrites:
         print(f"  {record}")
     fired = sorted({record.rule for record in ours.rewrites if record.fired})
-    print(f"=> {len(stock.launches)} → {len(ours.launches)} kernel launches per call; fired: {', '.join(fired) or 'none'}")
+    launches = f"{len(stock.launches)} → {len(ours.launches)} kernel launches per call"
+    print(f"=> {launches}; fired: {', '.join(fired) or 'none'}")
     print()
 
 

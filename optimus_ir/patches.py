@@ -39,7 +39,6 @@ from optimus_ir.rule import Stage
 __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", "uninstall"]
 
 
-
 @functools.cache
 def package_identity() -> str:
     """Version plus a hash of every source file of the package: changes whenever our code does."""

@@ -37,8 +37,8 @@ input buffers), so a table made while a graph is captured is one of a few device
 (on the first call) and never written or freed again. It is filled at capture time by a copy outside the graph: a
 helper thread whose capture mode is relaxed (``cuThreadExchangeStreamCaptureMode``) copies and synchronizes on a
 stream of its own (made by the driver: never one of PyTorch's pool, which a graph may be captured on). So a replay
-runs the kernel alone, not a copy before it. Where the mode cannot be relaxed (no CUDA driver library), the copy is captured,
-from page-locked host memory kept as long as the graph may replay it.
+runs the kernel alone, not a copy before it. Where the mode cannot be relaxed (no CUDA driver library), the copy
+is captured, from page-locked host memory kept as long as the graph may replay it.
 
 Cudagraph trees (``mode="reduce-overhead"``) route every allocation of the thread that warms up or records a graph
 to that graph's memory pool, and refuse a graph whose pool holds tensors that are not its outputs. For those

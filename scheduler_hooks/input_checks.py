@@ -100,7 +100,8 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
     """Inductor's alignment check of the inputs that only merged kernels read → their member tables' check.
 
     Inductor's kernels take a graph's inputs as 16-byte aligned, and its compiled graph checks them before each
-    call, one by one (``copy_misaligned_inputs``, a Python loop over the inputs), copying any that is not. A member table reads the addresses of its inputs on every call
+    call, one by one (``copy_misaligned_inputs``, a Python loop over the inputs), copying any that is not. A
+    member table reads the addresses of its inputs on every call
     anyway, and checks those its kernel takes as aligned when it makes a table for them (a table found again is
     one for the same addresses); it copies one that is not aligned, as Inductor would
     (``optimus_ir.runtime.MemberTable``).

@@ -14,7 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: folder → package, as pyproject's package-dir says
-PACKAGES = {"optimus_ir": "optimus_ir", "lowering": "optimus_ir.lowering", "scheduler_hooks": "optimus_ir.scheduler_hooks"}
+PACKAGES = {
+    "optimus_ir": "optimus_ir", "lowering": "optimus_ir.lowering", "scheduler_hooks": "optimus_ir.scheduler_hooks",
+}
 #: the modules above the rules: they list, install and present them
 TOP = {"optimus_ir.registry", "optimus_ir.patches", "optimus_ir.switch", "optimus_ir.inspect", "optimus_ir.cli",
        "optimus_ir.__main__", "optimus_ir"}
@@ -45,7 +47,8 @@ def _imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
     return {module for module in found if module in MODULES and module != name}
@@ -113,6 +116,7 @@ def test_no_rule_stores_its_state_on_inductors_objects():
 
     stored = [
         (module, line) for module, path in MODULES.items() if module != "optimus_ir.runtime"
-        for line in path.read_text().splitlines() if re.search(r"\.optimus_ir_\w+\s*=|setattr\([^)]*\"optimus_ir_", line)
+        for line in path.read_text().splitlines()
+        if re.search(r"\.optimus_ir_\w+\s*=|setattr\([^)]*\"optimus_ir_", line)
     ]
     assert stored == []

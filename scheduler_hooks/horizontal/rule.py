@@ -55,7 +55,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     Groups are split, not abandoned, where merging would raise the estimated peak memory, where padding the members
     to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``; they are tried whole first, then
     halved level by level, within ``MAX_ESTIMATED_NODES``. A group whose own inputs and outputs alone are above the
-    peak before is split without an estimate (:func:`~optimus_ir.scheduler_hooks.horizontal.memory.live_while_running`). Each decision is in the dump.
+    peak before is split without an estimate (``memory.live_while_running``). Each decision is in the dump.
     """
 
     name = RULE
