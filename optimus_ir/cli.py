@@ -84,28 +84,49 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """A bad command line: reported in one line, exit code 2 (as argparse does for its own errors)."""
+
+
 def _load(target: str) -> Callable[..., Any]:
+    """The callable ``module:function`` names (``module:Class`` of an ``nn.Module``: an instance of it)."""
     module_name, _, attribute = target.partition(":")
-    if not attribute:
-        raise SystemExit(f"expected module:function, got {target!r}")
+    if not module_name or not attribute:
+        raise UsageError(f"expected module:function, got {target!r}")
     sys.path.insert(0, ".")
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"cannot import {module_name!r}: {error}") from error
     for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{module_name!r} has no {attribute!r}")
         obj = getattr(obj, part)
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         obj = obj()
+    if not callable(obj):
+        raise UsageError(f"{target!r} is not callable")
     return obj
 
 
 def _inputs(expression: str) -> tuple[Any, ...]:
-    value = eval(expression, {"torch": torch})  # the user's own expression, as on a Python prompt
+    try:
+        value = eval(expression, {"torch": torch})  # the user's own expression, as on a Python prompt
+    except Exception as error:
+        raise UsageError(f"--inputs {expression!r}: {type(error).__name__}: {error}") from error
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
+def _passes(spec: str) -> str | None:
+    try:
+        parse_passes(spec)
+    except ValueError as error:
+        raise UsageError(f"--passes {spec!r}: {error}") from error
+    return spec if spec != "none" else None
+
+
 def report(args: argparse.Namespace) -> int:
-    fn = _load(args.target)
-    inputs = _inputs(args.inputs)
-    passes = args.passes if args.passes != "none" else None
+    fn, inputs, passes = _load(args.target), _inputs(args.inputs), _passes(args.passes)
     stock, ours = _compare(fn, inputs, passes)
     _print_report(args.target, stock, ours, not args.counts_only, args.stock_kernels)
     if args.dump:
@@ -137,4 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_parser.add_argument("--dump", help="also write the dump (same layout as OPTIMUS_IR_DUMP) to this folder")
     report_parser.set_defaults(run=report)
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2

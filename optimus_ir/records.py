@@ -1,5 +1,13 @@
 """Rule decisions: one :class:`RewriteRecord` per decision, delivered to whoever listens (:func:`recording`, the
-dump) and to the ``optimus_ir`` logger."""
+dump), to the ``optimus_ir`` logger and to Inductor's counters.
+
+As Inductor's own passes report theirs:
+
+- ``TORCH_LOGS="optimus_ir"`` logs each decision, one line each (INFO); ``TORCH_LOGS="+optimus_ir"`` adds the
+  details behind them (DEBUG: each memory estimate of a tried merge, for one);
+- ``torch._dynamo.utils.counters["optimus_ir"]["<rule>"]`` counts a rule's firings, ``"<rule>_rejected"`` its
+  rejections, over the process (``counters.clear()`` resets them).
+"""
 
 from __future__ import annotations
 
@@ -52,7 +60,10 @@ def recording() -> Iterator[list[RewriteRecord]]:
 
 def record(rule: str, fired: bool, nodes: Iterable[object], detail: str) -> None:
     """Report one decision to every listener and to the ``optimus_ir`` logger."""
+    from torch._dynamo.utils import counters
+
     entry = RewriteRecord(rule, fired, tuple(str(n) for n in nodes), detail)
-    log.debug("%s", entry)
+    log.info("%s", entry)
+    counters["optimus_ir"][rule if fired else f"{rule}_rejected"] += 1
     for records in _listeners:
         records.append(entry)

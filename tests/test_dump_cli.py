@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import optimus_ir
@@ -113,3 +114,24 @@ def test_environment_variable_alone_turns_64_kernels_into_1(tmp_path):
     assert result.returncode == 0, result.stderr
     index = (tmp_path / "dump" / "index.md").read_text()
     assert "launches 64 stock → 1 optimus_ir; fired: SplitCatToPointwise" in index
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "no_such_module:f", "--inputs", "torch.randn(4)"], "cannot import 'no_such_module'"),
+        (["report", "optimus_ir.cli:no_such_function", "--inputs", "torch.randn(4)"], "has no 'no_such_function'"),
+        (["report", "optimus_ir.cli", "--inputs", "torch.randn(4)"], "expected module:function"),
+        (["report", "optimus_ir.cli:main", "--inputs", "torch.randn(4"], "--inputs 'torch.randn(4': SyntaxError"),
+        (["report", "optimus_ir.cli:main", "--inputs", "torch.randn(4)", "--passes", "bogus"], "unknown optimus_ir pass"),
+    ],
+)
+def test_cli_answers_a_bad_command_line_in_one_line_with_exit_code_2(args, message):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
+    result = subprocess.run(
+        [sys.executable, "-m", "optimus_ir", *args], cwd=ROOT, env=environ, capture_output=True, text=True,
+        timeout=600,
+    )
+    errors = [line for line in result.stderr.splitlines() if "Warning" not in line and line.strip()]
+    assert result.returncode == 2
+    assert len(errors) == 1 and errors[0].startswith("python -m optimus_ir: error: ") and message in errors[0], errors

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 from typing import Any
 
 from torch.utils._ordered_set import OrderedSet
@@ -17,6 +18,9 @@ from optimus_ir.scheduler_hooks.horizontal.memory import MemoryEstimate, live_wh
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_ESTIMATED_NODES, RULE
 from optimus_ir.scheduler_hooks.node_graph import replace_with_group
+
+log = logging.getLogger("optimus_ir")
+
 
 def try_groups(
     nodes: list[Any], to_try: collections.abc.Iterable[tuple[list[tuple[Any, Structure]], bool]],
@@ -113,6 +117,10 @@ def _merge(
         if candidate is None:
             break
     after = None if candidate is None else peak_memory(candidate, bytes_of)
+    log.debug(
+        "%s: %d group(s) of %s: estimated %s", RULE, len(parts), parts[0][0][0][0].get_name(),
+        "no schedule" if after is None else after.versus(before),
+    )
     if after is not None and after.no_higher_than(before):
         jointly = f", together with the group of {parts[0][0][0][0].get_name()}" if len(parts) > 1 else ""
         for merged, members in made:
