@@ -31,8 +31,9 @@ class GraphCode:
         wrapper: the full Python wrapper code.
         kernels: each distinct Triton kernel defined in the wrapper, in order of definition.
         launches: the names of every kernel one call of the wrapper launches, in order: Triton kernels
-            (``name.run(...)``) and extern calls (``extern_kernels.mm``, ``aten.*`` / ``torch.ops.*``
-            fallbacks). Identical kernels are defined once and launched many times, so count launches.
+            (``name.run(...)``), Inductor's C++ kernels on the CPU (``cpp_fused_0(...)``) and extern calls
+            (``extern_kernels.mm``, ``aten.*`` / ``torch.ops.*`` fallbacks). Identical kernels are defined once and
+            launched many times, so count launches.
     """
 
     name: str
@@ -50,13 +51,18 @@ _LAUNCH = re.compile(
     r"\b(?P<triton>\w+)\.run\("
     r"|\b(?P<extern>extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\("
 )
+#: Inductor's C++ kernels (CPU): ``cpp_fused_relu_0 = async_compile.cpp_pybinding([...], r'''...''')``
+_CPP_DEFINITION = re.compile(r"^(?P<name>\w+) = async_compile\.cpp_pybinding\(.*?'''\)\n", re.DOTALL | re.MULTILINE)
 
 
 def parse_wrapper(wrapper: str, name: str = "inference") -> GraphCode:
     """Split a wrapper into its kernel definitions and the launches of one call."""
     kernels = [Kernel(m["name"], m["source"]) for m in _KERNEL_DEFINITION.finditer(wrapper)]
     host_code = _KERNEL_DEFINITION.sub("", wrapper)
-    launches = [m["triton"] or m["extern"] for m in _LAUNCH.finditer(host_code)]
+    cpp = [m["name"] for m in _CPP_DEFINITION.finditer(host_code)]
+    host_code = _CPP_DEFINITION.sub("", host_code)
+    launch = _LAUNCH if not cpp else re.compile(_LAUNCH.pattern + r"|\b(?P<cpp>" + "|".join(cpp) + r")\(")
+    launches = [m[m.lastgroup] for m in launch.finditer(host_code)]
     return GraphCode(name, wrapper, kernels, launches)
 
 

@@ -9,6 +9,10 @@ Layout::
     <dir>/graph_<n>/rewrites.txt         each rule decision: what fired on which IR nodes; why the others did not
     <dir>/graph_<n>/summary.json         the same, machine-readable
 
+A graph that Inductor serves from its FX-graph cache (or AOTAutograd from its cache) is not compiled again, so no
+rule decides anything about it: its folder holds the cached wrapper code, its line in index.md says it came from
+the cache, and a warning says how to see its decisions (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``).
+
 The "with" side is taken from ``GraphLowering.save_output_code`` (a hook Inductor calls with the final wrapper
 code); the "without" side lowers the same post-grad FX graph once more with :func:`passes.suspended`. A dump
 failure is written to the dump and never fails the compile.
@@ -18,9 +22,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import traceback
+import warnings
 from collections.abc import Callable, Iterable
+from typing import Any
 from pathlib import Path
 
 from optimus_ir.codegen_text import parse_wrapper
@@ -28,6 +35,8 @@ from optimus_ir.passes import enabled_passes, suspended
 from optimus_ir.records import RewriteRecord, add_listener, remove_listener
 
 DUMP_ENV = "OPTIMUS_IR_DUMP"
+
+log = logging.getLogger("optimus_ir")
 
 _counter = itertools.count()
 _pending: list[RewriteRecord] = []  # decisions since the last graph was dumped
@@ -75,6 +84,33 @@ def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], 
     return save_output_code
 
 
+def cache_hook(load: Callable[..., Any]) -> Callable[..., Any]:
+    """What ``FxGraphCache.load_with_key`` becomes (:mod:`optimus_ir.patches` puts it there): ``load``, then, for a
+    graph served from the cache while passes are enabled and ``OPTIMUS_IR_DUMP`` is set, its dump folder."""
+
+    def load_with_key(*args: Any, **kwargs: Any) -> Any:
+        graph, info = load(*args, **kwargs)
+        root = dump_dir()
+        if graph is not None and root is not None and enabled_passes():
+            try:
+                _write_cached(root, graph, kwargs.get("is_backward", False), str(info.get("key", "")))
+            except Exception:  # the dump must never fail a compile
+                log.warning("optimus_ir: the dump of a cached graph failed", exc_info=True)
+        return graph, info
+
+    return load_with_key
+
+
+def _write_cached(root: Path, graph: Any, is_backward: bool, key: str) -> None:
+    note = (
+        f"served from Inductor's cache (key {key}): not compiled now, so no rule decided anything about it; "
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 compiles it again and dumps its decisions"
+    )
+    kind = "backward" if is_backward else "forward or inference"
+    warnings.warn(f"optimus_ir: a graph was {note}", stacklevel=2)
+    write_graph(root, kind, graph.source_code, None, [], enabled_passes(), cached=note)
+
+
 def _lower_stock() -> str:
     """Lower the graph being compiled once more, with every rule suspended; return its wrapper code."""
     from torch._inductor.graph import GraphLowering
@@ -113,8 +149,10 @@ def write_graph(
     passes: Iterable[str],
     *,
     stock_error: str | None = None,
+    cached: str | None = None,
 ) -> Path:
-    """Write one graph's dump folder under ``root`` (layout in the module docstring) and its line in index.md."""
+    """Write one graph's dump folder under ``root`` (layout in the module docstring) and its line in index.md;
+    ``cached``: why there are no decisions (a graph served from Inductor's cache)."""
     folder = root / f"graph_{next(_counter)}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "optimus_ir.py").write_text(code)
@@ -133,13 +171,16 @@ def write_graph(
         "rewrites": [
             {"rule": r.rule, "fired": r.fired, "nodes": list(r.nodes), "detail": r.detail} for r in records
         ],
+        "from_cache": cached,
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
-    (folder / "rewrites.txt").write_text("".join(f"{r}\n" for r in records) or "no rule considered this graph\n")
+    nothing = f"{cached}\n" if cached else "no rule considered this graph\n"
+    (folder / "rewrites.txt").write_text("".join(f"{r}\n" for r in records) or nothing)
     fired = sorted({r.rule for r in records if r.fired})
     line = (
         f"- {folder.name} ({kind}): launches {summary['launches']['stock']} stock → "
-        f"{summary['launches']['optimus_ir']} optimus_ir; fired: {', '.join(fired) or 'none'}\n"
+        f"{summary['launches']['optimus_ir']} optimus_ir; fired: {', '.join(fired) or 'none'}"
+        + (f"; {cached}" if cached else "") + "\n"
     )
     with open(root / "index.md", "a") as index:
         index.write(line)

@@ -16,7 +16,8 @@ lowered operations before the scheduler is built (``GraphLowering._update_schedu
 (``PythonWrapperCodegen.codegen_input_size_asserts``), the codegen of our group nodes
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
 (``PythonWrapperCodegen.codegen_free``) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
-(``GraphLowering.save_output_code``).
+(``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
+served from Inductor's cache (``FxGraphCache.load_with_key``).
 
 :func:`uninstall` puts back every original object. Installing twice changes nothing the second time. The
 replacements themselves, these and the few that last one block of a rule, go through
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from optimus_ir import drivers, dump, graph_state, passes
+from optimus_ir.after_import import after_import
 from optimus_ir.patching import PATCHES
 from optimus_ir.rule import Stage
 
@@ -124,6 +126,16 @@ def install_config_hooks() -> None:
     PATCHES.replace(config, "_pre_fusion_custom_pass", pre_fusion)
     PATCHES.replace(config, "joint_custom_post_pass", joint)
     PATCHES.replace(config, "_post_fusion_custom_pass", lambda _: post_fusion_pass)
+    after_import("torch._inductor.codecache", _install_cache_hook)
+
+
+def _install_cache_hook() -> None:
+    """A graph served from Inductor's cache gets a dump folder too (no compile hook runs for it)."""
+    if not passes.configured_passes():
+        return  # disabled again before torch._inductor.codecache was imported
+    from torch._inductor.codecache import FxGraphCache
+
+    PATCHES.replace(FxGraphCache, "load_with_key", lambda stock: staticmethod(dump.cache_hook(stock)))
 
 
 def install_compile_hooks() -> None:

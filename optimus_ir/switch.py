@@ -18,14 +18,12 @@ of it.
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 
+from optimus_ir.after_import import after_import
 from optimus_ir.passes import OFF_WORDS, PASSES, configured_passes, enabled_passes, parse_passes, set_enabled
 
 __all__ = ["PASSES", "enable", "disable", "enabled", "enabled_passes", "parse_passes"]
@@ -38,7 +36,7 @@ def enable(passes: str | Iterable[str] = "all") -> None:
     chosen = parse_passes(passes)
     set_enabled(chosen)
     if chosen:
-        _after_import("torch._inductor.config", _install_config_hooks)
+        after_import("torch._inductor.config", _install_config_hooks)
     elif "optimus_ir.patches" in sys.modules:
         sys.modules["optimus_ir.patches"].uninstall()
 
@@ -79,37 +77,3 @@ def _install_config_hooks() -> None:
     from optimus_ir import patches
 
     patches.install_config_hooks()
-
-
-class _RunAfterImport(importlib.abc.MetaPathFinder):
-    """Meta-path finder that runs a callback right after one module has been executed."""
-
-    def __init__(self, fullname: str, callback: Callable[[], None]) -> None:
-        self.fullname = fullname
-        self.callback = callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.fullname:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-        callback = self.callback
-
-        def exec_then_callback(module: Any) -> None:
-            exec_module(module)
-            callback()
-
-        spec.loader.exec_module = exec_then_callback  # type: ignore[method-assign]
-        return spec
-
-
-def _after_import(fullname: str, callback: Callable[[], None]) -> None:
-    """Call ``callback`` now if ``fullname`` is imported, else right after it gets imported."""
-    if fullname in sys.modules:
-        callback()
-        return
-    if not any(isinstance(f, _RunAfterImport) and f.fullname == fullname for f in sys.meta_path):
-        sys.meta_path.insert(0, _RunAfterImport(fullname, callback))

@@ -135,3 +135,47 @@ def test_cli_answers_a_bad_command_line_in_one_line_with_exit_code_2(args, messa
     errors = [line for line in result.stderr.splitlines() if "Warning" not in line and line.strip()]
     assert result.returncode == 2
     assert len(errors) == 1 and errors[0].startswith("python -m optimus_ir: error: ") and message in errors[0], errors
+
+
+def test_the_dump_counts_inductors_cpp_kernels_on_the_cpu(tmp_path, monkeypatch):
+    """On a machine without a GPU, ``torch.compile`` of CPU tensors gives Inductor's C++ kernels: the dump counts
+    them, so a split/cat rewrite does not read as "0 → 0"."""
+    monkeypatch.setenv("OPTIMUS_IR_DUMP", str(tmp_path))
+    x = torch.randn(4, 96)
+    with optimus_ir.enabled("splitcat"), torch._inductor.config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        out = torch.compile(lambda t: torch.cat([torch.relu(p) for p in reversed(t.split(8, 1))], 1) * 2)(x)
+    torch.testing.assert_close(out, torch.cat([torch.relu(p) for p in reversed(x.split(8, 1))], 1) * 2)
+    summary = json.loads((tmp_path / "graph_0" / "summary.json").read_text())
+    assert summary["launches"] == {"stock": 1, "optimus_ir": 1}
+    assert "launches 1 stock → 1 optimus_ir; fired: SplitCatToPointwise" in (tmp_path / "index.md").read_text()
+
+
+def test_a_graph_served_from_inductors_cache_is_dumped_with_a_warning(tmp_path):
+    """A user's second run of the same program compiles nothing: the dump still has the graph (its cached wrapper
+    code), says it came from the cache, and a warning says how to see the decisions."""
+    program = tmp_path / "user_program.py"
+    program.write_text(
+        "import torch\n"
+        "def f(x):\n"
+        "    return torch.cat([torch.relu(p) for p in reversed(x.split(8, 1))], 1) * 2\n"
+        "torch.compile(f)(torch.randn(4, 96))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPTIMUS_IR", "TORCHINDUCTOR"))}
+    environ.update(OPTIMUS_IR="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for run in ("first", "second"):
+        environ["OPTIMUS_IR_DUMP"] = str(tmp_path / run)
+        result = subprocess.run([sys.executable, str(program)], env=environ, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, result.stderr
+        runs.append(result)
+    first = (tmp_path / "first" / "index.md").read_text()
+    assert "fired: SplitCatToPointwise" in first and "cache" not in first
+    second = (tmp_path / "second" / "index.md").read_text()
+    assert "served from Inductor's cache" in second and "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1" in second, second
+    summary = json.loads((tmp_path / "second" / "graph_0" / "summary.json").read_text())
+    assert summary["from_cache"] and summary["rewrites"] == [] and summary["launches"]["optimus_ir"] == 1
+    cached_code = (tmp_path / "second" / "graph_0" / "optimus_ir.py").read_text()
+    assert cached_code == (tmp_path / "first" / "graph_0" / "optimus_ir.py").read_text()
+    assert "optimus_ir: a graph was served from Inductor's cache" in runs[1].stderr

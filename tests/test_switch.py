@@ -49,7 +49,9 @@ def test_unset_variable_touches_nothing():
     state = _run_python(_PROBE)
     assert state["inductor_imported"] is False
     # the entry point ran (optimus_ir.switch is imported) and did nothing else
-    assert state["our_modules"] == ["optimus_ir", "optimus_ir.passes", "optimus_ir.switch", "optimus_ir.version"]
+    assert state["our_modules"] == [
+        "optimus_ir", "optimus_ir.after_import", "optimus_ir.passes", "optimus_ir.switch", "optimus_ir.version",
+    ]
     assert state["enabled"] == []
     assert state["post_grad_pass"] == "NoneType"
 
@@ -114,6 +116,7 @@ def test_disable_puts_back_every_patched_object_and_enabling_twice_patches_once(
     replaced attribute and lowering is what it was before, and enabling again replaces nothing twice."""
     import torch._inductor.config as config
     from torch._inductor import memory
+    from torch._inductor.codecache import FxGraphCache
     from torch._inductor.codegen.simd import SIMDScheduling
     from torch._inductor.codegen.triton_combo_kernel import ComboKernel
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
@@ -127,7 +130,7 @@ def test_disable_puts_back_every_patched_object_and_enabling_twice_patches_once(
         (config, "_pre_fusion_custom_pass"), (config, "_post_fusion_custom_pass"),
         (GraphLowering, "_update_scheduler"), (GraphLowering, "save_output_code"),
         (PythonWrapperCodegen, "codegen_input_size_asserts"), (PythonWrapperCodegen, "codegen_free"),
-        (SIMDScheduling, "codegen_combo_kernel"), (ComboKernel, "__init__"),
+        (SIMDScheduling, "codegen_combo_kernel"), (FxGraphCache, "load_with_key"), (ComboKernel, "__init__"),
         (memory, "compute_size_for_scheduler_buffer"), (memory, "get_freeable_input_buf"),
     ]
     before = {(id(owner), name): getattr(owner, name) for owner, name in watched}
