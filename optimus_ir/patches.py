@@ -100,7 +100,7 @@ def _pass_classes() -> tuple[type, type, type]:
 
             if self.chained is not None:
                 self.chained(graph)
-            drivers.prepare_joint_graph(registry.lowering_rules(), graph)
+            drivers.prepare_joint_graph(registry.rules_of(Stage.LOWERING), graph)
 
     return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
 
@@ -148,7 +148,7 @@ def install_compile_hooks() -> None:
     from optimus_ir import registry
 
     by_op: dict[Any, list[Any]] = {}
-    for rule in registry.lowering_rules():
+    for rule in registry.rules_of(Stage.LOWERING):
         for op in rule.op if isinstance(rule.op, tuple) else (rule.op,):
             by_op.setdefault(op, []).append(rule)
     for op, rules in by_op.items():
@@ -192,7 +192,7 @@ def _with_wrapper_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
             lines = wrapper.prefix.getvalue().splitlines()
         finally:
             wrapper.prefix = prefix
-        for line in drivers.run_wrapper_rules(registry.wrapper_rules(), wrapper, lines):
+        for line in drivers.run_wrapper_rules(registry.rules_of(Stage.WRAPPER), wrapper, lines):
             prefix.writeline(line)
 
     return codegen_input_size_asserts

@@ -27,7 +27,7 @@ from optimus_ir.scheduler_hooks.piece_groups import PieceGroupToComboKernel
 from optimus_ir.scheduler_hooks.scatter_targets import ScatterTargetFilledAfterScatterInputs
 from optimus_ir.scheduler_hooks.unread_concats import UnreadConcatElimination
 
-__all__ = ["RULES", "lowering_rules", "rules_of", "scheduler_rules", "wrapper_rules"]
+__all__ = ["RULES", "rules_of"]
 
 Rule = LoweringRule | SchedulerRule | WrapperRule
 
@@ -58,15 +58,3 @@ RULES: tuple[Rule, ...] = (
 def rules_of(stage: Stage) -> list[Rule]:
     """The rules of ``stage``, in order."""
     return [rule for rule in RULES if rule.stage is stage]
-
-
-def lowering_rules() -> list[LoweringRule]:
-    return [rule for rule in RULES if isinstance(rule, LoweringRule)]
-
-
-def scheduler_rules() -> list[SchedulerRule]:
-    return [rule for rule in RULES if isinstance(rule, SchedulerRule)]
-
-
-def wrapper_rules() -> list[WrapperRule]:
-    return [rule for rule in RULES if isinstance(rule, WrapperRule)]

@@ -148,7 +148,7 @@ def test_records_name_rule_and_nodes():
 
 
 def test_registry_lists_each_rule_once_with_a_docstring():
-    rules = registry.lowering_rules() + registry.scheduler_rules()
+    rules = registry.RULES
     names = [rule.name for rule in rules]
     assert len(names) == len(set(names))
     for rule in rules:

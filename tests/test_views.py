@@ -10,6 +10,7 @@ from optimus_ir import index_math, registry
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
+from optimus_ir.rule import Stage
 
 VIEW = "CatOfTilingSlicesToView"
 SLICE = "SliceOfCatToInput"
@@ -48,7 +49,7 @@ def _reports(fn, *inputs):
 
 
 def test_view_rule_is_tried_before_split_cat_to_pointwise():
-    cat_rules = [r.name for r in registry.lowering_rules() if r.op is torch.ops.aten.cat.default]
+    cat_rules = [r.name for r in registry.rules_of(Stage.LOWERING) if r.op is torch.ops.aten.cat.default]
     assert cat_rules.index(VIEW) < cat_rules.index("SplitCatToPointwise")
 
 

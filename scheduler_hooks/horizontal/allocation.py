@@ -12,15 +12,13 @@ from typing import Any
 import sympy
 import torch
 from torch._inductor import config, ir
-from torch._inductor.dependencies import StarDep
 from torch._inductor.scheduler import SchedulerNode
-from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir.graph_state import current as graph_state
 from optimus_ir.scheduler_hooks.horizontal import buffers
-from optimus_ir.scheduler_hooks.horizontal.buffers import is_tangent, kernel_local
+from optimus_ir.scheduler_hooks.horizontal.buffers import InputKind, input_kind, kernel_local
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK
 
@@ -178,7 +176,7 @@ def saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAll
                     value = V.graph.graph_inputs.get(dep.name)
                     if (
                         isinstance(value, ir.TensorBox) and dep.name not in taken.values() and accesses[dep.name] == 1
-                        and not is_tangent(dep.name) and not is_nonfreeable_buffers(StarDep(dep.name))
+                        and input_kind(dep.name) is InputKind.FREED
                         and dep.name not in outputs and dep.name not in V.graph.mutated_inputs
                         and readers.get(dep.name, OrderedSet()) <= own and snode.can_inplace(dep)
                         and _same_layout(value.get_output_spec(), layout)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from torch._inductor import config, ir
-from torch._inductor.utils import sympy_product
+from torch._inductor.dependencies import StarDep
+from torch._inductor.utils import is_nonfreeable_buffers, sympy_product
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK
+
 
 def is_tangent(name: str) -> bool:
     """Whether graph input ``name`` is one of a backward's incoming gradients."""
@@ -64,3 +67,31 @@ def kernel_local(scheduler: Any, buf: Any, outputs: OrderedSet[str]) -> bool:
     return all(
         user.is_weak or scheduler.name_to_fused_node.get(user.get_name()) is own for user in buf.users
     ) and buf.get_name() not in outputs
+
+
+class InputKind(enum.Enum):
+    """How the estimates count a graph input."""
+
+    HELD = "held by the caller"  # never freed by the graph: not counted
+    FREED = "freed by the wrapper"  # a backward's saved tensors: live until their last reader
+    TANGENT = "incoming gradient"  # a backward's ``tangents_*``: both ways (see ``memory.MemoryEstimate``)
+
+
+def graph_input_bytes(name: str, bytes_of: BufferBytes) -> tuple[InputKind, int] | None:
+    """The one accounting of a graph input, for the memory model (``memory.peak_memory``,
+    ``memory.live_while_running``) and the saved tensors an output may be written over
+    (``allocation.saved_tensors_to_take_over``) alike: its kind and bytes, or None where it holds no tensor. Its own elements, not its storage's: saved views of one buffer (the
+    halves of a split, a weight's transpose) would count that storage once each, a constant that hid where the real
+    peak is. Which inputs the wrapper frees is Inductor's own decision (``is_nonfreeable_buffers``)."""
+    value = V.graph.graph_inputs.get(name)
+    layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
+    if not isinstance(layout, ir.Layout):
+        return None
+    return input_kind(name), bytes_of.allocated(name, layout, own_elements=True)
+
+
+def input_kind(name: str) -> InputKind:
+    """How the estimates count graph input ``name`` (see :func:`graph_input_bytes`)."""
+    if is_tangent(name):
+        return InputKind.TANGENT
+    return InputKind.HELD if is_nonfreeable_buffers(StarDep(name)) else InputKind.FREED

@@ -5,49 +5,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import operator
 from collections.abc import Iterator
 from typing import Any
 
 from torch._inductor import config, ir, memory
 from torch._inductor.codegen.segmented_tree import SegmentedTree
-from torch._inductor.dependencies import StarDep
 from torch._inductor.scheduler import SchedulerNode
-from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir.patching import PATCHES
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation
-from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes, in_blocks, is_tangent, kernel_local
+from optimus_ir.scheduler_hooks.horizontal.buffers import (
+    BufferBytes,
+    InputKind,
+    graph_input_bytes,
+    in_blocks,
+    kernel_local,
+)
 from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
-
-class InputKind(enum.Enum):
-    """How the estimates count a graph input."""
-
-    HELD = "held by the caller"  # never freed by the graph: not counted
-    FREED = "freed by the wrapper"  # a backward's saved tensors: live until their last reader
-    TANGENT = "incoming gradient"  # a backward's ``tangents_*``: both ways (see :class:`MemoryEstimate`)
-
-
-def graph_input_bytes(name: str, bytes_of: BufferBytes) -> tuple[InputKind, int] | None:
-    """The one accounting of a graph input, for :func:`peak_memory` and :func:`live_while_running` alike: its kind
-    and bytes, or None where it holds no tensor. Its own elements, not its storage's: saved views of one buffer (the
-    halves of a split, a weight's transpose) would count that storage once each, a constant that hid where the real
-    peak is. Which inputs the wrapper frees is Inductor's own decision (``is_nonfreeable_buffers``)."""
-    value = V.graph.graph_inputs.get(name)
-    layout = value.get_output_spec() if isinstance(value, ir.TensorBox) else None
-    if not isinstance(layout, ir.Layout):
-        return None
-    size = bytes_of.allocated(name, layout, own_elements=True)
-    if is_tangent(name):
-        return InputKind.TANGENT, size
-    if not is_nonfreeable_buffers(StarDep(name)):
-        return InputKind.FREED, size
-    return InputKind.HELD, size
-
 
 @dataclasses.dataclass
 class MemoryEstimate:
@@ -165,20 +143,13 @@ def _storages(
             last_read[dep.name] = step
     # a backward's saved tensors that AOTAutograd donates: storages an output can take over in place
     for name in scheduler.name_to_donated_buffer:
-        value = V.graph.graph_inputs.get(name)
-        if (
-            name in last_read and not is_tangent(name) and isinstance(value, ir.TensorBox)
-            and not is_nonfreeable_buffers(StarDep(name))
-        ):
-            storage_of[name] = name
-            sizes[name] = bytes_of.allocated(name, value.get_output_spec(), own_elements=True)
-            first_write[name] = 0
+        counted = graph_input_bytes(name, bytes_of)
+        if name in last_read and counted is not None and counted[0] is InputKind.FREED:
+            storage_of[name], sizes[name], first_write[name] = name, counted[1], 0
     # and those a merged group's outputs are written over where the call alone holds them
     for node in nodes:
         for name in node.takes_over.values() if isinstance(node, MemberTableGroup) else ():
-            storage_of[name] = name
-            sizes[name] = bytes_of.allocated(name, V.graph.graph_inputs[name].get_output_spec(), own_elements=True)
-            first_write[name] = 0
+            storage_of[name], sizes[name], first_write[name] = name, graph_input_bytes(name, bytes_of)[1], 0
     for step, node in enumerate(nodes):
         regions = _regions_of_one_allocation(node)
         takes_over = node.takes_over if isinstance(node, MemberTableGroup) else {}
