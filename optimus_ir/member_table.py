@@ -42,6 +42,8 @@ class MemberTableLayout:
     def address_row(self, slot: int) -> int:
         return self.pad_to + self.members * (1 + self.values + slot)
 
-    def constant(self, starts: list[int], numels: list[int], values: list[int]) -> list[int]:
-        """The part of the table that does not depend on addresses: starts, numels, values (row after row)."""
-        return [*starts, *[INT64_MAX] * (self.pad_to - len(starts)), *numels, *values]
+    @staticmethod
+    def constant(pad_to: int, starts: list[int], numels: list[int], values: list[int]) -> list[int]:
+        """The part of the table that does not depend on addresses: starts, numels, values (row after row); the
+        addresses follow, slot after slot."""
+        return [*starts, *[INT64_MAX] * (pad_to - len(starts)), *numels, *values]

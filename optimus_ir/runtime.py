@@ -309,8 +309,7 @@ class MemberTable:
         :meth:`__call__`)."""
         #: the members' values that differ (their divisors, their row lengths), row after row
         self.values = list(values or ())
-        members = len(numels) if numels is not None else 0
-        self.layout = MemberTableLayout(members, pad_to, len(self.values) // members if members else 0)
+        self.pad_to = pad_to
         self.align = align
         self.constant = None if numels is None else self._constant(starts, numels)
         #: added to each member's address: a member may read its buffer at an offset the shared body does not add
@@ -334,7 +333,7 @@ class MemberTable:
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
-        return self.layout.constant(starts, numels, self.values)
+        return MemberTableLayout.constant(self.pad_to, starts, numels, self.values)
 
     def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see

@@ -7,8 +7,8 @@ an older checkout to compare the same workloads before and after a change.
   :class:`~optimus_ir.testing.storms.Storm` or :class:`~optimus_ir.testing.storms.Chain` itself). Keys:
   ``case:<name>``, ``model:<name>``, ``storm:<name>:<dtype>`` (two storms share a name in fp32 and bf16) and
   ``chain:<name>``.
-- :func:`all_compile_targets`: every (key, function or module, example inputs) that the decision snapshot
-  (``python -m benchmarks decisions``) compiles; :func:`compile_targets` the same, each built only when asked.
+- :func:`compile_targets`: every key with the function that builds its (function or module, example inputs),
+  what the decision snapshot (``python -m benchmarks decisions``) compiles.
 - The modules: :mod:`~optimus_ir.testing.golden_cases` (``CASES``), :mod:`~optimus_ir.testing.workloads`
   (``WORKLOADS``, ``train_step``; the classes in :mod:`~optimus_ir.testing.models`) and
   :mod:`~optimus_ir.testing.storms` (``STORMS``, ``CHAINS``).
@@ -37,7 +37,6 @@ __all__ = [
     "TRAINING_STORMS",
     "WORKLOADS",
     "Entry",
-    "all_compile_targets",
     "compile_targets",
     "entries",
 ]
@@ -126,14 +125,6 @@ def compile_targets(storm_device: str | None = None) -> Iterator[tuple[str, Call
         for chain in chains:
             make = lambda c=chain, g=grad: (c.make(requires_grad=g),)  # noqa: E731
             yield f"chain:{chain.name}", lambda c=chain, m=make: _seeded(c.fn, m)
-
-
-def all_compile_targets(storm_device: str | None = None) -> Iterator[tuple[str, Any, tuple[Any, ...]]]:
-    """Every compile target as ``(key, fn_or_module, example_inputs)``, built one after the other
-    (:func:`compile_targets`)."""
-    for key, build in compile_targets(storm_device):
-        fn, inputs = build()
-        yield key, fn, inputs
 
 
 def _seeded(fn: Callable[..., Any], make: Callable[[], tuple[Any, ...]]) -> Target:
