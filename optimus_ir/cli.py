@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
+from optimus_ir.dump import DUMP_ENV
 from optimus_ir.passes import parse_passes
 from optimus_ir.inspect import CompileReport, compile_report
 
@@ -58,18 +60,15 @@ def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels
     print()
 
 
-def _compare(fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any) -> tuple[CompileReport, CompileReport]:
-    return compile_report(fn, inputs, passes=None), compile_report(fn, inputs, passes=passes)
-
-
-def _write_dump(root: Path, stock: CompileReport, ours: CompileReport, passes: Any) -> None:
-    from optimus_ir import dump
-
-    for graph_stock, graph_ours in zip(stock.graphs, ours.graphs):
-        dump.write_graph(
-            root, graph_ours.name, graph_ours.wrapper, graph_stock.wrapper, ours.rewrites, parse_passes(passes)
-        )
-    print(f"dump written to {root}")
+def _compare(
+    fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any, dump: str | None = None
+) -> tuple[CompileReport, CompileReport]:
+    """Stock's report and optimus_ir's; with ``dump``, optimus_ir's compile writes the dump there, as
+    ``OPTIMUS_IR_DUMP`` does."""
+    stock = compile_report(fn, inputs, passes=None)
+    with mock.patch.dict(os.environ, {DUMP_ENV: dump} if dump else {}):
+        ours = compile_report(fn, inputs, passes=passes)
+    return stock, ours
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -127,10 +126,10 @@ def _passes(spec: str) -> str | None:
 
 def report(args: argparse.Namespace) -> int:
     fn, inputs, passes = _load(args.target), _inputs(args.inputs), _passes(args.passes)
-    stock, ours = _compare(fn, inputs, passes)
+    stock, ours = _compare(fn, inputs, passes, args.dump)
     _print_report(args.target, stock, ours, not args.counts_only, args.stock_kernels)
     if args.dump:
-        _write_dump(Path(args.dump), stock, ours, passes)
+        print(f"dump written to {args.dump} (index.html)")
     return 0
 
 

@@ -4,10 +4,12 @@ the generated code with and without the passes, the kernel launch counts, and ev
 Layout::
 
     <dir>/index.md                       one line per graph: launches stock → optimus_ir, rules fired
+    <dir>/index.html                     every graph on one page: decisions, both sides' kernels (dump_html)
     <dir>/graph_<n>/optimus_ir.py        the wrapper code Inductor generated with the passes (kernels inside)
     <dir>/graph_<n>/stock.py             the same graph lowered again with every rule suspended
     <dir>/graph_<n>/rewrites.txt         each rule decision: what fired on which IR nodes; why the others did not
     <dir>/graph_<n>/summary.json         the same, machine-readable
+    <dir>/graph_<n>/page.html            the graph's section of index.html
 
 A graph that Inductor serves from its FX-graph cache (or AOTAutograd from its cache) is not compiled again, so no
 rule decides anything about it: its folder holds the cached wrapper code, its line in index.md says it came from
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from pathlib import Path
 
+from optimus_ir import dump_html
 from optimus_ir.codegen_text import parse_wrapper
 from optimus_ir.passes import enabled_passes, suspended
 from optimus_ir.records import RewriteRecord, add_listener, remove_listener
@@ -79,7 +82,8 @@ def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], 
             stock, error = _lower_stock(), None
         except Exception:  # the dump must never fail a compile
             stock, error = None, traceback.format_exc()
-        write_graph(root, _graph_kind(), code, stock, records, enabled_passes(), stock_error=error)
+        fx_nodes = [_fx_nodes(r.nodes) for r in records]
+        write_graph(root, _graph_kind(), code, stock, records, enabled_passes(), stock_error=error, fx_nodes=fx_nodes)
 
     return save_output_code
 
@@ -133,6 +137,24 @@ def _lower_stock() -> str:
     return wrapper.value
 
 
+def _fx_nodes(names: Iterable[str]) -> list[str]:
+    """The FX nodes behind a decision's nodes: a scheduler node's or a buffer's origins, an FX node itself (what
+    links a decision to the kernels in the HTML page)."""
+    from torch._inductor.virtualized import V
+
+    graph = V.graph
+    scheduler = getattr(graph, "scheduler", None)
+    found: set[str] = set()
+    for name in names:
+        if scheduler is not None and name in scheduler.name_to_node:
+            found.update(o.name for n in scheduler.name_to_node[name].get_nodes() if n.node for o in n.node.origins)
+        elif name in graph.name_to_buffer:
+            found.update(o.name for o in graph.name_to_buffer[name].origins)
+        else:
+            found.add(name)
+    return sorted(found)
+
+
 def _graph_kind() -> str:
     from torch._inductor.virtualized import V
 
@@ -150,9 +172,11 @@ def write_graph(
     *,
     stock_error: str | None = None,
     cached: str | None = None,
+    fx_nodes: list[list[str]] | None = None,
 ) -> Path:
-    """Write one graph's dump folder under ``root`` (layout in the module docstring) and its line in index.md;
-    ``cached``: why there are no decisions (a graph served from Inductor's cache)."""
+    """Write one graph's dump folder under ``root`` (layout in the module docstring), its line in index.md, and
+    index.html again; ``cached``: why there are no decisions (a graph served from Inductor's cache); ``fx_nodes``:
+    per record, the FX nodes it concerns (default: its own nodes)."""
     folder = root / f"graph_{next(_counter)}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "optimus_ir.py").write_text(code)
@@ -169,7 +193,8 @@ def write_graph(
         "launches": {"stock": len(theirs.launches) if theirs else None, "optimus_ir": len(ours.launches)},
         "kernels_defined": {"stock": len(theirs.kernels) if theirs else None, "optimus_ir": len(ours.kernels)},
         "rewrites": [
-            {"rule": r.rule, "fired": r.fired, "nodes": list(r.nodes), "detail": r.detail} for r in records
+            {"rule": r.rule, "fired": r.fired, "nodes": list(r.nodes), "detail": r.detail, "fx_nodes": fx}
+            for r, fx in zip(records, fx_nodes or [list(r.nodes) for r in records], strict=True)
         ],
         "from_cache": cached,
     }
@@ -184,4 +209,6 @@ def write_graph(
     )
     with open(root / "index.md", "a") as index:
         index.write(line)
+    (folder / dump_html.FRAGMENT).write_text(dump_html.render_graph(summary, code, stock))
+    dump_html.write_index(root)
     return folder

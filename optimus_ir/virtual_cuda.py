@@ -457,13 +457,16 @@ def _capture_wrapper_code() -> Iterator[list[str]]:
     """Replace ``GraphLowering.compile_to_module`` with a capture of the Python
     wrapper code it would load: yields the list the codes are appended to.
 
-    The module returned to Inductor has a ``call`` that refuses to run.
+    As ``compile_to_module`` does, the code is handed to ``GraphLowering.save_output_code`` when that is set (the
+    dump's hook). The module returned to Inductor has a ``call`` that refuses to run.
     """
     codes: list[str] = []
 
     def compile_to_module(graph: GraphLowering) -> types.ModuleType:
         wrapper_code, _ = graph.codegen()
         codes.append(wrapper_code.value)
+        if GraphLowering.save_output_code is not None:
+            GraphLowering.save_output_code(wrapper_code.value)
         module = types.ModuleType("optimus_ir_virtual_cuda_output")
         module.__file__ = "<virtual cuda>"
         module.call = _not_runnable  # type: ignore[attr-defined]
