@@ -26,6 +26,7 @@ from torch._inductor.scheduler import FusedMixOrderReductions
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
+from optimus_ir.graph_state import existing as graph_state
 from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
@@ -81,6 +82,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 left_out.setdefault(structure.split(":")[0], []).append(node.get_name())
         for reason, names in left_out.items():
             record(RULE, False, names, f"not merged ({reason}): stock kernels")
+        _leave_mixed_piece_groups(nodes, by_key)
         # members alike but for the 0-d CPU tensors they read (the key's last part): why they stay apart
         apart_by_numbers: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for key in by_key:
@@ -105,3 +107,27 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             return nodes
         with planning_worked_out_once(nodes[0].scheduler):
             return try_groups(nodes, to_try, bytes_of)
+
+
+def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]]) -> None:
+    """Take out of ``by_key`` the progressions of one cat (``PieceGroupToComboKernel``'s groups) whose bodies
+    differ: a member table would take the progressions of one body, and the others would then be kernels of their
+    own, where the piece group makes them all one."""
+    state = graph_state()
+    if state is None or not state.piece_groups:
+        return
+    key_of = {id(node): key for key, members in by_key.items() for node, _ in members}
+    owner = {name: node for node in nodes for name in node.get_buffer_names()}
+    for group in state.piece_groups:
+        members = list({id(owner[name]): owner[name] for name in group if name in owner}.values())
+        keys = {key_of.get(id(node)) for node in members}
+        if len(members) < 2 or len(keys) < 2 or None in keys:
+            continue
+        for key in keys:
+            by_key[key] = [c for c in by_key[key] if all(c[0] is not node for node in members)]
+        record(
+            RULE, False, [node.get_name() for node in members],
+            f"progressions of one cat with {len(keys)} bodies: left to PieceGroupToComboKernel (one kernel)",
+        )
+    for key in [key for key, members in by_key.items() if not members]:
+        del by_key[key]
