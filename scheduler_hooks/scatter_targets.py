@@ -40,6 +40,7 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
             return nodes
         scheduler = nodes[0].scheduler
         writer = {name: node for node in nodes for name in node.get_buffer_names()}
+        ordered = False
         for node in nodes:
             for snode in node.get_nodes():
                 for name in snode.get_buffer_names():
@@ -50,11 +51,20 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
                     if type(fill) is not SchedulerNode:  # fused with other work, or an extern kernel: ordered there
                         record(self.name, False, [fill.get_name()], f"{type(fill).__name__}: left where it is")
                         continue
+                    # an input whose kernel can fuse with the scatter is left alone: the fill must then come before
+                    # both, and ordering it after that input would cost their fusion (a kernel more than stock)
                     inputs = sorted(
-                        {dep.name for dep in snode.read_writes.reads if dep.name != target and dep.name in writer}
+                        dep.name for dep in snode.read_writes.reads
+                        if dep.name != target and dep.name in writer and not scheduler.can_fuse(writer[dep.name], node)
                     )
                     for dep_name in inputs:
                         fill.add_fake_dep(WeakDep(dep_name, mutating_buf=target, is_fake=True))
                     if inputs:
+                        ordered = True
                         record(self.name, True, [fill.get_name()], f"fills {target} after {', '.join(inputs)}")
+        if ordered:
+            # the order and the ancestors that fusion's cycle check reads must know the new dependencies, as after
+            # Inductor's own passes that add some (distributed autotuning)
+            scheduler.nodes = nodes = scheduler.topological_sort_schedule(nodes)
+            scheduler.compute_ancestors()
         return nodes

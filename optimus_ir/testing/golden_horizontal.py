@@ -162,3 +162,4 @@ HORIZONTAL_CASES.append(
         atol=1e-4,
     )
 )
+
