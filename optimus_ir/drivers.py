@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from optimus_ir import graph_state
 from optimus_ir.passes import enabled_passes
 from optimus_ir.records import record
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
@@ -50,6 +51,8 @@ class LoweringDriver:
                 record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
             else:
                 record(rule.name, True, nodes, detail)
+                if V.graph is not None:
+                    graph_state.current().lowering_rules_fired.add(rule.name)
                 return result
         return self.stock(*args, **kwargs)
 

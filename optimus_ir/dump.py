@@ -16,7 +16,8 @@ rule decides anything about it: its folder holds the cached wrapper code, its li
 the cache, and a warning says how to see its decisions (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``).
 
 The "with" side is taken from ``GraphLowering.save_output_code`` (a hook Inductor calls with the final wrapper
-code); the "without" side lowers the same post-grad FX graph once more with :func:`passes.suspended`. A dump
+code); the "without" side is the same post-grad FX graph lowered once more with every rule suspended (by the
+guard, :mod:`optimus_ir.stock_guard`, where it did; else here). A dump
 failure is written to the dump and never fails the compile.
 """
 
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from pathlib import Path
 
-from optimus_ir import dump_html
+from optimus_ir import dump_html, graph_state, stock_guard
 from optimus_ir.codegen_text import parse_wrapper
 from optimus_ir.passes import enabled_passes, suspended
 from optimus_ir.records import RewriteRecord, add_listener, remove_listener
@@ -79,7 +80,7 @@ def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], 
             return
         records, _pending[:] = list(_pending), []
         try:
-            stock, error = _lower_stock(), None
+            stock, error = _stock_wrapper(), None
         except Exception:  # the dump must never fail a compile
             stock, error = None, traceback.format_exc()
         fx_nodes = [_fx_nodes(r.nodes) for r in records]
@@ -115,26 +116,14 @@ def _write_cached(root: Path, graph: Any, is_backward: bool, key: str) -> None:
     write_graph(root, kind, graph.source_code, None, [], enabled_passes(), cached=note)
 
 
-def _lower_stock() -> str:
-    """Lower the graph being compiled once more, with every rule suspended; return its wrapper code."""
-    from torch._inductor.graph import GraphLowering
+def _stock_wrapper() -> str:
+    """The graph being compiled lowered with every rule suspended: its wrapper code (the guard's, if it lowered it)."""
     from torch._inductor.virtualized import V
 
-    graph = V.graph
-    stock = GraphLowering(
-        graph.orig_gm,
-        example_inputs=graph.example_inputs,
-        shape_env=graph._shape_env,
-        graph_id=graph.graph_id,
-        cpp_wrapper=graph.cpp_wrapper,
-        aot_mode=graph.aot_mode,
-        is_inference=graph.is_inference,
-        is_backward=graph.is_backward,
-    )
-    with suspended(), V.set_graph_handler(stock), V.set_extern_kernel_nodes([]):
-        stock.run(*graph.example_inputs)
-        wrapper, _ = stock.codegen()
-    return wrapper.value
+    state = graph_state.existing()
+    if state is not None and state.stock_wrapper is not None:
+        return state.stock_wrapper
+    return stock_guard.lower_stock(V.graph)[1][0].value
 
 
 def _fx_nodes(names: Iterable[str]) -> list[str]:

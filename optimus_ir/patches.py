@@ -15,7 +15,8 @@ hook: the lowering of each op that has rules (``torch._inductor.lowering.lowerin
 lowered operations before the scheduler is built (``GraphLowering._update_scheduler``), the wrapper rules
 (``PythonWrapperCodegen.codegen_input_size_asserts``), the codegen of our group nodes
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
-(``PythonWrapperCodegen.codegen_free``) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
+(``PythonWrapperCodegen.codegen_free``), the guard that keeps stock's code where ours would launch more kernels
+(``GraphLowering.codegen``, :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
 
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optimus_ir import drivers, dump, graph_state, passes
+from optimus_ir import drivers, dump, graph_state, passes, stock_guard
 from optimus_ir.after_import import after_import
 from optimus_ir.patching import PATCHES
 from optimus_ir.rule import Stage
@@ -157,6 +158,7 @@ def install_compile_hooks() -> None:
     PATCHES.replace(PythonWrapperCodegen, "codegen_input_size_asserts", _with_wrapper_rules)
     PATCHES.replace(PythonWrapperCodegen, "codegen_free", _with_regions_freed)
     PATCHES.replace(SIMDScheduling, "codegen_combo_kernel", _with_group_kernels)
+    PATCHES.replace(GraphLowering, "codegen", stock_guard.codegen_hook)
     if dump.dump_dir() is not None:
         PATCHES.replace(GraphLowering, "save_output_code", lambda stock: staticmethod(dump.output_code_hook(stock)))
         dump.start()

@@ -1,0 +1,90 @@
+"""The guard (optimus_ir.stock_guard): a graph whose code with optimus_ir would launch more kernels than stock's
+gets stock's code, which computes the same as eager; a graph no lowering rule changed is not lowered twice."""
+
+from unittest import mock
+
+import pytest
+import torch
+
+import optimus_ir
+from optimus_ir import stock_guard
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.records import recording
+from optimus_ir.scheduler_hooks.horizontal import rule as horizontal_rule
+from optimus_ir.testing.golden_from_inductor_tests import split_clones_regrouped
+
+
+@pytest.fixture
+def more_launches_than_stock():
+    """Bring back the fault the guard exists for: a member table that takes one body's progressions of a cat and
+    leaves the others a kernel of their own (2 launches where stock's foreach kernel is 1)."""
+    with mock.patch.object(horizontal_rule, "_leave_mixed_piece_groups", lambda *args: None):
+        yield
+
+
+def _guard_records(records):
+    return [r for r in records if r.rule == stock_guard.RULE]
+
+
+def test_stocks_code_is_kept_where_ours_launches_more(more_launches_than_stock):
+    x = torch.randn(50, 16)
+    assert len(compile_report(split_clones_regrouped, (x,), passes=None).launches) == 1
+    with mock.patch.object(stock_guard, "GUARD_MAX_NODES", 0):  # the fault itself, unguarded
+        assert len(compile_report(split_clones_regrouped, (x,)).launches) == 2
+    report = compile_report(split_clones_regrouped, (x,))
+    assert len(report.launches) == 1
+    (decision,) = _guard_records(report.rewrites)
+    assert decision.fired and decision.nodes == ("SplitCatToPointwise",)
+    assert decision.detail == "2 launches per call with these lowering rules, 1 without: stock's code kept"
+
+
+def test_stocks_code_kept_computes_what_eager_does():
+    """Run where the guard keeps stock's code (ours counted as launching 100 more than it does, as on the CPU the
+    fault above launches no more than stock): the code run is stock's, and it computes eager's values."""
+    from optimus_ir.codegen_text import parse_wrapper
+
+    counted = []
+
+    def many_more_for_ours(code, *args):
+        parsed = parse_wrapper(code, *args)
+        counted.append(parsed)
+        if len(counted) % 2 == 1:  # the guard counts ours first, then stock's
+            parsed.launches.extend(["<more>"] * 100)
+        return parsed
+
+    stock_codes, codes = [], []
+    original = stock_guard.lower_stock
+
+    def lower_stock(graph):
+        stock, code = original(graph)
+        stock_codes.append(code[0].value)
+        return stock, code
+
+    x = torch.randn(50, 16)
+    torch._dynamo.reset()
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
+            mock.patch.object(stock_guard, "parse_wrapper", many_more_for_ours), \
+            mock.patch.object(stock_guard, "lower_stock", lower_stock), \
+            mock.patch.object(torch._inductor.graph.GraphLowering, "save_output_code", codes.append):
+        out = torch.compile(split_clones_regrouped)(x)
+    assert [r.fired for r in _guard_records(records)] == [True]
+    assert codes == stock_codes and len(codes) == 1
+    torch.testing.assert_close(out, split_clones_regrouped(x), rtol=0, atol=0)
+
+
+def test_a_graph_over_the_limit_is_not_lowered_again_and_says_so(more_launches_than_stock):
+    with mock.patch.object(stock_guard, "GUARD_MAX_NODES", 10):
+        report = compile_report(split_clones_regrouped, (torch.randn(50, 16),))
+    (decision,) = _guard_records(report.rewrites)
+    assert not decision.fired and "over GUARD_MAX_NODES (10)" in decision.detail
+
+
+def test_a_graph_no_lowering_rule_changed_is_lowered_once():
+    lowered = []
+    original = stock_guard.lower_stock
+    with mock.patch.object(stock_guard, "lower_stock", lambda graph: lowered.append(graph) or original(graph)):
+        merged = compile_report(lambda *xs: [torch.tanh(x) for x in xs], tuple(torch.randn(64, 32) for _ in range(8)))
+        assert len(merged.launches) == 1 and lowered == []
+        compile_report(split_clones_regrouped, (torch.randn(50, 16),))  # SplitCatToPointwise fires: compared
+        assert len(lowered) == 1
