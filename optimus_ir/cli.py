@@ -19,7 +19,7 @@ import torch
 
 from optimus_ir.dump import DUMP_ENV
 from optimus_ir.passes import parse_passes
-from optimus_ir.inspect import CompileReport, compile_report
+from optimus_ir.inspect import CompileReport, TraceError, compile_report
 
 
 def split_relu_cat(x: torch.Tensor, pieces: int = 64) -> torch.Tensor:
@@ -159,6 +159,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except UsageError as error:
+    except (UsageError, TraceError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2

@@ -5,8 +5,11 @@
     >>> len(stock.launches), len(report.launches)
     (64, 1)
 
-On a machine without a GPU the code is generated for a virtual CUDA sm_90 device with H100/H200-like properties
-(:mod:`optimus_ir.virtual_cuda`); on a machine with one, for the real device. Nothing is run.
+``fn`` is captured by Dynamo, as ``torch.compile`` captures it (so it may read module attributes, closures and
+constants, and break the graph), and runs once, eagerly, on the example inputs; Dynamo's caches are reset before
+and after, as ``torch._dynamo.explain`` does. On a machine without a GPU the code is generated for a virtual CUDA
+sm_90 device with H100/H200-like properties (:mod:`optimus_ir.virtual_cuda`); on a machine with one, for the real
+device. No generated kernel is run. A function that cannot be traced raises :class:`TraceError`, naming the op.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 from optimus_ir import switch
 from optimus_ir.codegen_text import GraphCode, Kernel
 from optimus_ir.records import RewriteRecord, recording
+from optimus_ir.virtual_cuda import TraceError, generate
 
-__all__ = ["CompileReport", "compile_report"]
+__all__ = ["CompileReport", "TraceError", "compile_report"]
 
 
 @dataclass
@@ -61,8 +65,9 @@ def compile_report(
     Inductor, or a list of pass names) and report the generated code. The global enable state is restored after.
 
     ``fn`` is a callable or an ``nn.Module``; ``example_inputs`` a tuple of tensors (CPU tensors stand for CUDA
-    tensors of the same shape, dtype and strides). Inputs or parameters that require grad give a training
-    compile: forward and backward graphs.
+    tensors of the same shape, dtype and strides; CUDA tensors, on a GPU machine, are traced on the device). Inputs
+    or parameters that require grad give a training compile: forward and backward graphs, per graph Dynamo
+    captured.
     """
     if target != "cuda":
         raise ValueError(f"target {target!r} is not supported; only 'cuda'")
@@ -78,8 +83,6 @@ def report_for(
 ) -> CompileReport:
     """:func:`compile_report`, choosing the device: ``virtual=True`` forces the virtual sm_90 device even on a
     GPU machine (to compare it with the real one), None uses the real device when there is one."""
-    from optimus_ir import virtual_cuda
-
     with switch.enabled(passes), recording() as records:
-        graphs = virtual_cuda.generate(fn, tuple(example_inputs), virtual=virtual)
+        graphs = generate(fn, tuple(example_inputs), virtual=virtual)
     return CompileReport(graphs, list(records))

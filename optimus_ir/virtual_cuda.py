@@ -10,10 +10,17 @@ afterwards.
 
 How the pipeline differs from ``torch.compile``:
 
-* There is no Dynamo, so pre-grad passes do not run, and shapes are static.
-  What AOTAutograd would learn from Dynamo's graph about a module's parameters
-  and buffers, that they are static inputs, it is told: the partitioner then
-  saves the same tensors for the backward as under ``torch.compile``.
+* Dynamo captures ``fn`` as ``torch.compile`` would (module attributes,
+  closures and constants become graph inputs; a graph break gives several
+  graphs), running it once eagerly on its inputs, with Dynamo's caches reset
+  before and after (as ``torch._dynamo.explain`` does). Shapes are static and
+  Inductor's pre-grad passes do not run. AOTAutograd reads from Dynamo's graph
+  which inputs are static (parameters, buffers, module attributes): the
+  partitioner then saves the same tensors for the backward as under
+  ``torch.compile``.
+* A failure to trace is one :class:`TraceError` naming the op where it failed,
+  and, for CPU tensors, saying that on a GPU machine CUDA tensors trace as
+  ``torch.compile`` would there.
 * AOTAutograd traces (with Inductor's decompositions) and, for training,
   partitions the graph on *CPU* fake tensors: ``aot_autograd`` with
   ``requires_grad`` fake CUDA tensors aborts the process without a CUDA
@@ -46,7 +53,8 @@ the launches, kernels and memory estimates of ``torch.compile``'s
 from __future__ import annotations
 
 import contextlib
-import itertools
+import logging
+import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -56,12 +64,12 @@ from unittest import mock
 
 import torch
 import torch._functorch.aot_autograd as aot_autograd
+import torch._dynamo
 import torch._functorch.config as functorch_config
 import torch._inductor.compile_fx as compile_fx
 import torch._inductor.config as inductor_config
 import torch.utils._pytree as pytree
 from torch._dynamo import device_interface
-from torch._functorch._aot_autograd.descriptors import BufferAOTInput, ParamAOTInput
 from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
 from torch._inductor import utils as inductor_utils
 from torch._inductor.decomposition import select_decomp_table
@@ -326,25 +334,67 @@ class _Graph:
     gm: torch.fx.GraphModule
     example_inputs: list[Any]
     fw_metadata: ViewAndMutationMeta
+    num_user_inputs: int  # the inputs of Dynamo's graph (``compile_fx``'s example inputs)
 
 
-class _FlatOutputs(torch.nn.Module):
-    """Wraps a callable or module so that it returns a flat tuple of outputs,
-    as ``aot_module_simplified`` requires."""
+class TraceError(RuntimeError):
+    """``fn`` could not be traced: the op where it failed and why, in one message."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
 
-    def forward(self, *args: Any) -> tuple[Any, ...]:
-        return tuple(pytree.tree_leaves(self.fn(*args)))
+def _dynamo_graphs(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> list[tuple[torch.fx.GraphModule, list[Any]]]:
+    """The graphs Dynamo captures of ``fn`` called on ``example_inputs``, each with its example inputs (the
+    tensors themselves: parameters, buffers and other tensors ``fn`` reads are inputs of the graph too)."""
+    graphs: list[tuple[torch.fx.GraphModule, list[Any]]] = []
+
+    def capture(gm: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+        graphs.append((gm, list(inputs)))
+        return gm.forward
+
+    # the fake-tensor error log would print a traceback for what the caller gets as one TraceError
+    fake_tensor_log = logging.getLogger(fake_tensor.__name__)
+    level = fake_tensor_log.level
+    fake_tensor_log.setLevel(logging.CRITICAL)
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend=capture, dynamic=False)(*example_inputs)
+    finally:
+        torch._dynamo.reset()
+        fake_tensor_log.setLevel(level)
+    return graphs
+
+
+def _parameters(fn: Callable[..., Any]) -> list[torch.Tensor]:
+    return list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+
+
+def _trace_error(error: Exception, on_cpu: bool) -> TraceError:
+    """``error`` raised while tracing, as one message that names the op (the innermost one being dispatched)."""
+    op, cause = None, error
+    while True:  # Dynamo's error wraps the one raised where the op was dispatched
+        for frame, _ in traceback.walk_tb(cause.__traceback__):
+            func = frame.f_locals.get("func")
+            if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+                op = str(func)
+        inner = cause.__cause__ or cause.__context__
+        if inner is None:
+            break
+        cause = inner
+    first_line = (str(cause).strip().splitlines() or [""])[0]
+    where = f" in {op}" if op else ""
+    advice = (
+        ": CPU tensors stand for CUDA ones only where both trace alike; on a machine with a GPU, pass CUDA tensors "
+        "(and the module on the GPU) to trace as torch.compile does there"
+        if on_cpu else ""
+    )
+    return TraceError(f"tracing failed{where} ({type(cause).__name__}: {first_line}){advice}")
 
 
 def _aot_graphs(
-    module: torch.nn.Module, example_inputs: Sequence[Any], training: bool
+    module: torch.fx.GraphModule, example_inputs: Sequence[Any], training: bool
 ) -> list[_Graph]:
-    """Trace ``module`` with AOTAutograd on CPU fake tensors and return its
-    inference graph, or its partitioned forward and backward graphs.
+    """Trace ``module`` (a graph Dynamo captured) with AOTAutograd on fake
+    tensors of its inputs' devices and return its inference graph, or its
+    partitioned forward and backward graphs.
 
     Inductor's decompositions and ``partition_fn`` (joint-graph passes, then
     min-cut rematerialization) are used; the backward is compiled eagerly, so
@@ -358,7 +408,7 @@ def _aot_graphs(
                 # Training graphs went through them in ``partition_fn``.
                 gm = compile_fx._recursive_joint_graph_passes(gm, input_device=_CPU)
             context = torch._guards.TracingContext.get()
-            graphs.append(_Graph(name, gm, list(inputs), context.fw_metadata))
+            graphs.append(_Graph(name, gm, list(inputs), context.fw_metadata, len(example_inputs)))
             return gm
 
         return compiler
@@ -375,7 +425,6 @@ def _aot_graphs(
         # Records each node's "original_aten", which names the kernels.
         torch.fx.traceback.preserve_node_meta(),
         functorch_config.patch(force_non_lazy_backward_lowering=True),
-        mock.patch.object(aot_autograd, "_try_get_metadata_from_dynamo", _parameters_and_buffers_static),
     ):
         aot_autograd.aot_module_simplified(
             module,
@@ -389,17 +438,6 @@ def _aot_graphs(
             keep_inference_input_mutations=True,
         )
     return graphs
-
-
-def _parameters_and_buffers_static(
-    mod: torch.nn.Module, param_keys: Any, full_args_num: int, full_args_descs: Sequence[Any]
-) -> tuple[None, list[int]]:
-    """What ``aot_module_simplified`` learns from a graph Dynamo captured: the module's parameters and buffers
-    are static inputs (they outlive the call). Min-cut rematerialization counts saving one for the backward as free,
-    so a training graph saves the weights themselves, as under ``torch.compile``, not tensors computed from them;
-    without this a module that is not Dynamo's has no static inputs, and its backward reads other saved tensors
-    than ``torch.compile``'s."""
-    return None, [i for i, desc in enumerate(full_args_descs) if isinstance(desc, ParamAOTInput | BufferAOTInput)]
 
 
 def _ops_without_cuda_kernels(gm: torch.fx.GraphModule) -> list[str]:
@@ -485,13 +523,6 @@ def _not_runnable(*args: Any) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _requires_grad(module: torch.nn.Module, example_inputs: Sequence[Any]) -> bool:
-    tensors = itertools.chain(
-        (x for x in example_inputs if isinstance(x, torch.Tensor)), module.parameters()
-    )
-    return any(t.requires_grad for t in tensors)
-
-
 def _compile(
     graph: _Graph,
     num_user_inputs: int,
@@ -551,11 +582,10 @@ def generate(
     Returns:
         ``[inference]`` or ``[forward, backward]``.
     """
-    module = _FlatOutputs(fn)
-    requires_grad = _requires_grad(module, example_inputs)
-    if training is None:
-        training = requires_grad
-    if training and not requires_grad:
+    def requires_grad(inputs: Sequence[Any]) -> bool:
+        return any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+    if training and not requires_grad(list(example_inputs) + list(_parameters(fn))):
         example_inputs = tuple(
             x.detach().requires_grad_(x.is_floating_point())
             if isinstance(x, torch.Tensor)
@@ -564,6 +594,12 @@ def generate(
         )
     if virtual is None:
         virtual = virtual_cuda_available()
+    on_cpu = not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    try:
+        with torch.no_grad() if training is False else contextlib.nullcontext():
+            captured = _dynamo_graphs(fn, example_inputs)
+    except Exception as error:
+        raise _trace_error(error, on_cpu) from error
 
     with (
         inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
@@ -571,7 +607,12 @@ def generate(
             enable_autograd_cache=False, enable_remote_autograd_cache=False
         ),
     ):
-        graphs = _aot_graphs(module, example_inputs, training)
+        graphs = []
+        for gm, inputs in captured:
+            try:
+                graphs += _aot_graphs(gm, inputs, training is not False and requires_grad(inputs))
+            except Exception as error:
+                raise _trace_error(error, on_cpu) from error
         for graph in graphs:
             if cpu_only := _ops_without_cuda_kernels(graph.gm):
                 warnings.warn(
@@ -591,9 +632,10 @@ def generate(
             _capture_wrapper_code() as wrappers,
         ):
             config_extra = compile_fx.create_compiler_config_extra(inductor_config)
+            codes = []
             for graph in graphs:
-                _compile(graph, len(example_inputs), config_extra)
-    return [
-        parse_wrapper(normalize(wrapper), graph.name)
-        for graph, wrapper in zip(graphs, wrappers, strict=True)
-    ]
+                before = len(wrappers)
+                _compile(graph, graph.num_user_inputs, config_extra)
+                # a graph that computes nothing (views, inputs returned) is not lowered: no wrapper, no launch
+                codes.append(wrappers[before] if len(wrappers) > before else "")
+    return [parse_wrapper(normalize(code), graph.name) for graph, code in zip(graphs, codes, strict=True)]
