@@ -29,10 +29,6 @@ def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
     into sets with no path between two members, each cut by size where padding to whole blocks costs too much.
     Each candidate left out is recorded with the reason."""
     groups: list[Group] = []
-    alone = [candidates[0][0].get_name() for candidates in classes if len(candidates) == 1]
-    if len(alone) > 1:
-        record(RULE, False, alone, f"not merged: {len(alone)} kernels, each with a loop body no other one here has "
-               "(only kernels of one body, up to buffer names, row counts and offsets, merge)")
     for candidates in classes:
         if len(candidates) < 2:
             continue

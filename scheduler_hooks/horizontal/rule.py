@@ -88,13 +88,19 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         for key in by_key:
             if key[-1]:
                 apart_by_numbers.setdefault(key[:-1], []).append(key)
+        reported = set()
         for keys in apart_by_numbers.values():
             if len(keys) > 1:
+                reported.update(keys)
                 record(
                     RULE, False, [node.get_name() for key in keys for node, _ in by_key[key]],
                     f"kept apart ({len(keys)} groups) by the 0-d CPU tensors they read: a kernel is passed those by "
                     "value, not by an address in the member table",
                 )
+        alone = [members[0][0].get_name() for key, members in by_key.items() if len(members) == 1 and key not in reported]
+        if len(alone) > 1:
+            record(RULE, False, alone, f"not merged: {len(alone)} kernels, each with a loop body no other one here has "
+                   "(only kernels of one body, up to buffer names, row counts and offsets, merge)")
         to_try = grouping_policy()(list(by_key.values()))
         if not to_try:
             return nodes
