@@ -4,7 +4,7 @@ MoE models (Mixtral with its default grouped-mm experts, Qwen2-MoE) and a module
 Each is reported with CPU inputs (traced on the CPU, code for CUDA) and, on a GPU, with CUDA inputs and the module
 on the GPU (traced there); ``torch.compile`` runs each for comparison. Random weights, no downloads.
 
-    python -m benchmarks report-modules --out benchmarks/results/<date>
+    python -m benchmarks report-modules --out benchmarks/results/<date> [--devices cpu cuda] [--stem NAME]
 """
 
 from __future__ import annotations
@@ -162,12 +162,14 @@ def _measure(name: str, device: str, training: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"],
+                        help="where the inputs and the module are (default: cpu, and cuda on a GPU)")
+    parser.add_argument("--stem", default="report_modules", help="results file name")
     args = parser.parse_args()
-    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-    rows = [_measure(name, device, training) for name in CASES for device in devices for training in (False, True)]
+    rows = [_measure(name, device, training) for name in CASES for device in args.devices for training in (False, True)]
     columns = ["model", "inputs on", "training", "torch.compile", "compile_report", "graphs",
                "launches stock → optimus_ir"]
-    write_results(args.out, "report_modules", header(" ".join(sys.argv)), rows, columns)
+    write_results(args.out, args.stem, header(" ".join(sys.argv)), rows, columns)
     sys.exit(0 if all(r["compile_report"] == "ok" for r in rows if r["torch.compile"] == "ok") else 1)
 
 
