@@ -54,8 +54,9 @@ def _partial_inputs(grad: bool = False):
 
 def _bmm_inputs(grad: bool = False):
     def make():
-        weights = [torch.randn(i % 3 + 1, 8, dtype=torch.float16, requires_grad=grad) for i in range(15)]
-        return (*weights, torch.randn(4, 8, 6, dtype=torch.float16))
+        # fp32, not the test's fp16: on a GPU, Inductor's padding of fp16 matmuls is decided by timing them there
+        weights = [torch.randn(i % 3 + 1, 8, requires_grad=grad) for i in range(15)]
+        return (*weights, torch.randn(4, 8, 6))
 
     return make
 
@@ -70,9 +71,9 @@ FROM_INDUCTOR_TESTS_CASES = [
         "inductor_tests_split_with_sizes_partly_cat_training", split_with_sizes_partly_cat, _partial_inputs(True),
         12, 5, _CAT,
     ),
-    Case("inductor_tests_cat_expand_bmm", cat_expand_bmm, _bmm_inputs(), 2, 2, _CAT, atol=1e-2, rtol=1e-2),
+    Case("inductor_tests_cat_expand_bmm", cat_expand_bmm, _bmm_inputs(), 2, 2, _CAT, atol=1e-4, rtol=1e-4),
     Case(
         "inductor_tests_cat_expand_bmm_training", cat_expand_bmm, _bmm_inputs(True), 18, 4,
-        ("IdenticalKernelsToMemberTableKernel",), atol=1e-2, rtol=1e-2,
+        ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
     ),
 ]
