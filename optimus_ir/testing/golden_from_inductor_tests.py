@@ -37,9 +37,9 @@ def split_with_sizes_partly_cat(x1, x2, y, z):
     return aten.cat.default([z, *s1[0:6], *s1[15:18], y, *s1[10:15], y, *s2, z], 1)
 
 
-def cat_expand_bmm(*args):
-    """test_cat_expand_bmm.py: a cat of expanded weights feeding a bmm."""
-    weights, rhs = args[:-1], args[-1]
+def cat_expand_bmm(rhs, *weights):
+    """test_cat_expand_bmm.py: a cat of expanded weights feeding a bmm (``rhs`` first: it is also used first, so that
+    Dynamo's order of the graph's inputs, by first use, is the arguments' order)."""
     lhs = torch.cat([w.unsqueeze(0).expand(rhs.shape[0], -1, -1) for w in weights], dim=1)
     return torch.bmm(lhs.expand(rhs.shape[0], lhs.shape[1], lhs.shape[2]), rhs)
 
@@ -56,7 +56,7 @@ def _bmm_inputs(grad: bool = False):
     def make():
         # fp32, not the test's fp16: on a GPU, Inductor's padding of fp16 matmuls is decided by timing them there
         weights = [torch.randn(i % 3 + 1, 8, requires_grad=grad) for i in range(15)]
-        return (*weights, torch.randn(4, 8, 6))
+        return (torch.randn(4, 8, 6), *weights)
 
     return make
 
