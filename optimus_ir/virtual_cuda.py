@@ -106,13 +106,26 @@ class TraceError(RuntimeError):
     """``fn`` could not be traced: the op where it failed and why, in one message."""
 
 
-def _dynamo_graphs(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> list[tuple[torch.fx.GraphModule, list[Any]]]:
-    """The graphs Dynamo captures of ``fn`` called on ``example_inputs``, each with its example inputs (the
-    tensors themselves: parameters, buffers and other tensors ``fn`` reads are inputs of the graph too)."""
-    graphs: list[tuple[torch.fx.GraphModule, list[Any]]] = []
+def _dynamo_graphs(
+    fn: Callable[..., Any], example_inputs: Sequence[Any], trace: Callable[[torch.fx.GraphModule, list[Any]], list[_Graph]]
+) -> list[_Graph]:
+    """The graphs of ``fn`` called on ``example_inputs``: each graph Dynamo captures (parameters, buffers and other
+    tensors ``fn`` reads are inputs of it) traced by ``trace`` from within Dynamo's backend, so that what cannot be
+    traced there (a data-dependent output) is left to eager with a graph break, as under ``torch.compile``; each
+    such graph is named in a warning."""
+    graphs: list[_Graph] = []
 
     def capture(gm: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
-        graphs.append((gm, list(inputs)))
+        try:
+            graphs.extend(trace(gm, list(inputs)))
+        except Exception as error:
+            if isinstance(_innermost(error), fake_tensor.DataDependentOutputException):
+                warnings.warn(
+                    f"optimus_ir.virtual_cuda: a graph of {len(gm.graph.nodes)} nodes is left to eager, as "
+                    f"torch.compile leaves it: {_trace_error(error, on_cpu=False)}; it is not in the report",
+                    stacklevel=2,
+                )
+            raise
         return gm.forward
 
     # the fake-tensor error log would print a traceback for what the caller gets as one TraceError
@@ -132,18 +145,26 @@ def _parameters(fn: Callable[..., Any]) -> list[torch.Tensor]:
     return list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
 
 
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the errors it was raised from, outermost first."""
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _innermost(error: BaseException) -> BaseException:
+    return list(_chain(error))[-1]
+
+
 def _trace_error(error: Exception, on_cpu: bool) -> TraceError:
     """``error`` raised while tracing, as one message that names the op (the innermost one being dispatched)."""
-    op, cause = None, error
-    while True:  # Dynamo's error wraps the one raised where the op was dispatched
+    op = None
+    for cause in _chain(error):  # Dynamo's error wraps the one raised where the op was dispatched
         for frame, _ in traceback.walk_tb(cause.__traceback__):
             func = frame.f_locals.get("func")
             if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
                 op = str(func)
-        inner = cause.__cause__ or cause.__context__
-        if inner is None:
-            break
-        cause = inner
+    cause = _innermost(error)
     first_line = (str(cause).strip().splitlines() or [""])[0]
     where = f" in {op}" if op else ""
     advice = (
@@ -360,11 +381,9 @@ def generate(
     if virtual is None:
         virtual = virtual_cuda_available()
     on_cpu = not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
-    try:
-        with torch.no_grad() if training is False else contextlib.nullcontext():
-            captured = _dynamo_graphs(fn, example_inputs)
-    except Exception as error:
-        raise _trace_error(error, on_cpu) from error
+
+    def trace(gm: torch.fx.GraphModule, inputs: list[Any]) -> list[_Graph]:
+        return _aot_graphs(gm, inputs, training is not False and requires_grad(inputs))
 
     with (
         inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
@@ -372,12 +391,11 @@ def generate(
             enable_autograd_cache=False, enable_remote_autograd_cache=False
         ),
     ):
-        graphs = []
-        for gm, inputs in captured:
-            try:
-                graphs += _aot_graphs(gm, inputs, training is not False and requires_grad(inputs))
-            except Exception as error:
-                raise _trace_error(error, on_cpu) from error
+        try:
+            with torch.no_grad() if training is False else contextlib.nullcontext():
+                graphs = _dynamo_graphs(fn, example_inputs, trace)
+        except Exception as error:
+            raise _trace_error(error, on_cpu) from error
         for graph in graphs:
             if cpu_only := _ops_without_cuda_kernels(graph.gm):
                 warnings.warn(

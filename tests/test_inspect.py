@@ -85,3 +85,33 @@ def test_the_command_line_answers_an_untraceable_target_in_one_line():
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("python -m optimus_ir: error: tracing failed in aten._grouped_mm.default"), last
     assert "Traceback" not in result.stderr
+
+
+@torch.library.custom_op("optimus_ir_test::doubled", mutates_args=())
+def _doubled(x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_doubled.register_fake
+def _(x, counts):
+    return torch.empty_like(x)
+
+
+def _backward_reading_a_count(ctx, grad):
+    # data-dependent, as transformers' grouped-mm fallback's backward on CUDA
+    return grad * int(ctx.counts.sum().item()), None
+
+
+_doubled.register_autograd(_backward_reading_a_count, setup_context=lambda ctx, inputs, output: setattr(
+    ctx, "counts", inputs[1]))
+
+
+def test_a_graph_torch_compile_leaves_to_eager_is_named_not_raised():
+    def f(x, counts):
+        return torch.tanh(_doubled(torch.sigmoid(x), counts)) + 1
+
+    inputs = (torch.randn(8, 16, requires_grad=True), torch.tensor([1, 2]))
+    with pytest.warns(UserWarning, match=r"left to eager, as torch.compile leaves it: tracing failed in "
+                                         r"aten._local_scalar_dense.default \(DataDependentOutputException"):
+        report = compile_report(f, inputs)
+    assert report.graphs == []

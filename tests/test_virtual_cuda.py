@@ -190,8 +190,9 @@ def test_training_graphs_save_what_torch_compile_saves():
                            partition_fn=compile_fx.partition_fn, decompositions=select_decomp_table())
     torch.compile(model, backend=backend)(x).sum().backward()
     torch._dynamo.reset()
-    ((gm, inputs),) = virtual_cuda._dynamo_graphs(model, (x,))
-    _, virtual_backward = virtual_cuda._aot_graphs(gm, inputs, training=True)
+    _, virtual_backward = virtual_cuda._dynamo_graphs(
+        model, (x,), lambda gm, inputs: virtual_cuda._aot_graphs(gm, inputs, training=True)
+    )
     assert backwards == [saved(virtual_backward.gm)]
 
 
