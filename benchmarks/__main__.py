@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "peak-tolerance": ("benchmarks.probes.peak_tolerance", "what a tolerance in the memory check would buy"),
     "virtual-vs-compile": ("benchmarks.probes.virtual_vs_compile", "compile_report's graphs against torch.compile's"),
     "report-modules": ("benchmarks.probes.report_modules", "compile_report on real modules torch.compile takes"),
+    "guard-cost": ("benchmarks.probes.guard_cost", "compile seconds with and without the stock guard (no GPU needed)"),
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
 }
 

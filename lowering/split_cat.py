@@ -133,6 +133,7 @@ class SplitCatToPointwise(LoweringRule):
     """
 
     name = "SplitCatToPointwise"
+    may_add_launches = True
     pass_name = "splitcat"
     op = aten.cat.default
 
@@ -209,6 +210,7 @@ class CatConsumerIntoPieces(LoweringRule):
     """
 
     name = "CatConsumerIntoPieces"
+    may_add_launches = True
     pass_name = "splitcat"
     op = (
         aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor,

@@ -51,8 +51,8 @@ class LoweringDriver:
                 record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
             else:
                 record(rule.name, True, nodes, detail)
-                if V.graph is not None:
-                    graph_state.current().lowering_rules_fired.add(rule.name)
+                if rule.may_add_launches and V.graph is not None:
+                    graph_state.current().may_add_launches.add(rule.name)
                 return result
         return self.stock(*args, **kwargs)
 

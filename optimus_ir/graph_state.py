@@ -38,8 +38,9 @@ class GraphState:
     #: the merged kernels' codegen → the wrapper's frees: by wrapper, its regions of one allocation
     #: (``scheduler_hooks.horizontal.allocation.RegionsOfAllocations``)
     regions: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    #: the lowering driver → the stock guard: the lowering rules that fired (only they can add launches)
-    lowering_rules_fired: set[str] = dataclasses.field(default_factory=set)
+    #: the lowering driver → the stock guard: the rules fired that can make the graph launch more than stock
+    #: (``LoweringRule.may_add_launches``)
+    may_add_launches: set[str] = dataclasses.field(default_factory=set)
     #: the stock guard → the dump: the graph's wrapper code lowered with every rule suspended
     stock_wrapper: str | None = None
 

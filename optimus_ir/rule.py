@@ -49,6 +49,10 @@ class LoweringRule:
     pass_name: ClassVar[str]
     stage: ClassVar[Stage] = Stage.LOWERING
     op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over, or a tuple of them
+    #: a firing can make the graph launch more kernels than stock (the op is lowered to other nodes, so what fuses
+    #: changes): the stock guard compares such a graph with stock's. False for views (they remove copies) and for
+    #: ATen calls replaced by kernels (an ATen call counts one launch in the wrapper, whatever it launches)
+    may_add_launches: ClassVar[bool] = False
 
     def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         raise NotImplementedError

@@ -1,8 +1,9 @@
 """Never more kernels than stock: where a graph's code with optimus_ir would launch more kernels than stock
 Inductor's, stock's code is the one Inductor loads.
 
-Only a lowering rule can make a graph launch more: a cat or a bag lowered otherwise fuses otherwise. The scheduler
-rules replace kernels by fewer (a merge of N is one launch). So for a graph in which a lowering rule fired,
+Only a lowering rule that lowers an op to other nodes can make a graph launch more (what fuses changes: a cat's
+pieces, ``LoweringRule.may_add_launches``); a view removes copies, and the scheduler rules replace kernels by fewer
+(a merge of N is one launch). So for a graph in which such a rule fired and which launches more than one kernel,
 ``GraphLowering.codegen`` (:mod:`optimus_ir.patches` puts :func:`codegen_hook` there) lowers the same post-grad graph
 once more with every rule suspended, compares the launches of one call of the two wrappers, and returns stock's
 code where it launches fewer. Stock's wrapper is kept in the graph state for the dump, which then does not lower
@@ -56,14 +57,17 @@ def lower_stock(graph: Any) -> tuple[Any, tuple[Any, Any]]:
 
 
 def codegen_hook(codegen: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], tuple[Any, Any]]:
-    """What ``GraphLowering.codegen`` becomes: ``codegen``, then, for a graph a lowering rule changed, stock's code
-    where it launches fewer kernels."""
+    """What ``GraphLowering.codegen`` becomes: ``codegen``, then, for a graph changed by a rule that may add
+    launches, stock's code where it launches fewer kernels."""
 
     def guarded_codegen(graph: Any) -> tuple[Any, Any]:
         code = codegen(graph)
         state = graph_state.existing() if enabled_passes() else None
-        if state is None or not state.lowering_rules_fired:
+        if state is None or not state.may_add_launches:
             return code
+        ours = len(parse_wrapper(code[0].value).launches)
+        if ours <= 1:
+            return code  # stock's code could launch fewer only if it computed nothing
         reason = _unguarded(graph)
         if reason:
             record(RULE, False, ["<graph>"], f"not compared with stock: {reason}")
@@ -75,15 +79,15 @@ def codegen_hook(codegen: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], t
             record(RULE, False, ["<graph>"], f"not compared with stock: lowering it again raised {error!r}")
             return code
         state.stock_wrapper = stock_code[0].value
-        ours, theirs = (len(parse_wrapper(c[0].value).launches) for c in (code, stock_code))
+        theirs = len(parse_wrapper(stock_code[0].value).launches)
         if theirs >= ours:
             return code
         if disagreement := _disagreement(graph, stock):
             record(RULE, False, ["<graph>"], f"{ours} launches, stock {theirs}, but ours kept: {disagreement}")
             return code
         record(
-            RULE, True, sorted(state.lowering_rules_fired),
-            f"{ours} launches per call with these lowering rules, {theirs} without: stock's code kept",
+            RULE, True, sorted(state.may_add_launches),
+            f"{ours} launches per call with these rules, {theirs} without: stock's code kept",
         )
         graph.disable_cudagraphs_reason = graph.disable_cudagraphs_reason or stock.disable_cudagraphs_reason
         return stock_code

@@ -36,7 +36,7 @@ def test_stocks_code_is_kept_where_ours_launches_more(more_launches_than_stock):
     assert len(report.launches) == 1
     (decision,) = _guard_records(report.rewrites)
     assert decision.fired and decision.nodes == ("SplitCatToPointwise",)
-    assert decision.detail == "2 launches per call with these lowering rules, 1 without: stock's code kept"
+    assert decision.detail == "2 launches per call with these rules, 1 without: stock's code kept"
 
 
 def test_stocks_code_kept_computes_what_eager_does():
@@ -80,11 +80,21 @@ def test_a_graph_over_the_limit_is_not_lowered_again_and_says_so(more_launches_t
     assert not decision.fired and "over GUARD_MAX_NODES (10)" in decision.detail
 
 
-def test_a_graph_no_lowering_rule_changed_is_lowered_once():
+def _cat_beside_a_matmul(x, y):
+    return torch.cat([torch.relu(p) for p in reversed(x.split(8, dim=1))], dim=1), torch.sigmoid(y) @ y
+
+
+def test_only_a_graph_a_cat_rule_changed_into_several_launches_is_lowered_twice():
     lowered = []
     original = stock_guard.lower_stock
     with mock.patch.object(stock_guard, "lower_stock", lambda graph: lowered.append(graph) or original(graph)):
         merged = compile_report(lambda *xs: [torch.tanh(x) for x in xs], tuple(torch.randn(64, 32) for _ in range(8)))
-        assert len(merged.launches) == 1 and lowered == []
-        compile_report(split_clones_regrouped, (torch.randn(50, 16),))  # SplitCatToPointwise fires: compared
-        assert len(lowered) == 1
+        assert len(merged.launches) == 1 and lowered == []  # no cat rule fired
+        one = compile_report(split_clones_regrouped, (torch.randn(50, 16),))
+        assert len(one.launches) == 1 and lowered == []  # one launch: stock cannot launch fewer
+        bags = compile_report(lambda ids, table: torch.nn.functional.embedding_bag(ids, table, mode="sum") * 2,
+                              (torch.randint(0, 50, (8, 3)), torch.randn(50, 16, requires_grad=True)))
+        assert "EmbeddingBagBackwardOfRegularBagsToScatterAdd" in {r.rule for r in bags.rewrites if r.fired}
+        assert lowered == []  # an ATen call replaced by kernels: one launch in the wrapper, many on the GPU
+        two = compile_report(_cat_beside_a_matmul, (torch.randn(8, 96), torch.randn(16, 16)))
+        assert len(two.launches) > 1 and len(lowered) == 1
