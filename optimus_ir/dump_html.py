@@ -98,8 +98,8 @@ def render_graph(summary: dict[str, Any], ours_code: str, stock_code: str | None
     launches = summary["launches"]
     parts = [
         f'<section class="graph" id="{name}">',
-        f"<h2>{name} ({html.escape(summary['kind'])}): {launches['stock']} → {launches['optimus_ir']} "
-        "kernel launches per call</h2>",
+        (f"<h2>{name} ({html.escape(summary['kind'])}): {launches['stock']} → {launches['optimus_ir']} kernel "
+         "launches per call</h2>"),
     ]
     if summary.get("from_cache"):
         parts.append(f'<p class="cached">{html.escape(summary["from_cache"])}</p>')

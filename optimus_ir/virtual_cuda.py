@@ -63,8 +63,8 @@ from typing import Any
 from unittest import mock
 
 import torch
-import torch._functorch.aot_autograd as aot_autograd
 import torch._dynamo
+import torch._functorch.aot_autograd as aot_autograd
 import torch._functorch.config as functorch_config
 import torch._inductor.compile_fx as compile_fx
 import torch._inductor.config as inductor_config
@@ -77,7 +77,6 @@ from torch._subclasses import fake_tensor
 
 from optimus_ir.codegen_text import GraphCode, normalize, parse_wrapper
 from optimus_ir.virtual_device import virtual_cuda_available, virtual_cuda_device
-
 
 __all__ = ["TraceError", "generate", "virtual_cuda_available"]
 

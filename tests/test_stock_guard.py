@@ -5,13 +5,13 @@ from unittest import mock
 
 import pytest
 import torch
+from optimus_ir.scheduler_hooks.horizontal import rule as horizontal_rule
 
 import optimus_ir
 from optimus_ir import stock_guard
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
-from optimus_ir.scheduler_hooks.horizontal import rule as horizontal_rule
 from optimus_ir.testing.golden_from_inductor_tests import split_clones_regrouped
 
 
