@@ -35,7 +35,7 @@ from pathlib import Path
 
 from optimus_ir import dump_html, graph_state, stock_guard
 from optimus_ir.codegen_text import parse_wrapper
-from optimus_ir.passes import enabled_passes, suspended
+from optimus_ir.passes import enabled_passes
 from optimus_ir.records import RewriteRecord, add_listener, remove_listener
 
 DUMP_ENV = "OPTIMUS_IR_DUMP"

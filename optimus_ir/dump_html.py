@@ -92,8 +92,9 @@ def render_graph(summary: dict[str, Any], ours_code: str, stock_code: str | None
     stock = parse_wrapper(stock_code) if stock_code is not None else None
     decisions = summary["rewrites"]
     made_by = {
-        kernel.name: [i for i, d in enumerate(decisions) if d["fired"] and kernel_fx_nodes(ours_code, kernel) & set(d["fx_nodes"])]
+        kernel.name: [i for i, d in enumerate(decisions) if d["fired"] and nodes & set(d["fx_nodes"])]
         for kernel in ours.kernels
+        for nodes in [kernel_fx_nodes(ours_code, kernel)]
     }
     launches = summary["launches"]
     parts = [
@@ -116,7 +117,9 @@ def render_graph(summary: dict[str, Any], ours_code: str, stock_code: str | None
         diff = "".join(difflib.unified_diff(
             stock_code.splitlines(keepends=True), ours_code.splitlines(keepends=True), "stock.py", "optimus_ir.py"
         ))
-        parts.append(f"<details><summary>wrapper diff, stock → optimus_ir</summary><pre>{html.escape(diff)}</pre></details>")
+        parts.append(
+            f"<details><summary>wrapper diff, stock → optimus_ir</summary><pre>{html.escape(diff)}</pre></details>"
+        )
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -175,12 +178,13 @@ def write_index(root: Path) -> None:
     rows, sections = [], []
     for folder in folders:
         summary = json.loads((folder / "summary.json").read_text())
-        fired = sorted({d["rule"] for d in summary["rewrites"] if d["fired"]})
+        fired = ", ".join(sorted({d["rule"] for d in summary["rewrites"] if d["fired"]}))
+        fired = fired or ("from the cache" if summary.get("from_cache") else "none")
         launches = summary["launches"]
         rows.append(
             f'<tr><td><a href="#{folder.name}">{folder.name}</a></td><td>{html.escape(summary["kind"])}</td>'
             f"<td>{launches['stock']} → {launches['optimus_ir']}</td>"
-            f"<td>{html.escape(', '.join(fired) or ('from the cache' if summary.get('from_cache') else 'none'))}</td></tr>"
+            f"<td>{html.escape(fired)}</td></tr>"
         )
         sections.append((folder / FRAGMENT).read_text())
     page = (

@@ -38,7 +38,9 @@ def _text(fragment):
 
 
 def test_highlighting_keeps_the_source_as_written():
-    source = "@triton.jit\ndef k(in_ptr0, XBLOCK : tl.constexpr):\n    x = tl.load(in_ptr0 + 1)  # a < b & c\n    s = 'x'\n"
+    source = (
+        "@triton.jit\ndef k(in_ptr0, XBLOCK : tl.constexpr):\n    x = tl.load(in_ptr0 + 1)  # a < b & c\n    s = 'x'\n"
+    )
     page = highlight(source)
     assert _text(page) == source
     assert '<span class="k">def</span>' in page and '<span class="c"># a &lt; b &amp; c</span>' in page

@@ -162,4 +162,3 @@ HORIZONTAL_CASES.append(
         atol=1e-4,
     )
 )
-

@@ -26,7 +26,7 @@ from torch._inductor.scheduler import FusedMixOrderReductions
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
-from optimus_ir.graph_state import existing as graph_state
+from optimus_ir import graph_state
 from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
@@ -97,7 +97,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                     f"kept apart ({len(keys)} groups) by the 0-d CPU tensors they read: a kernel is passed those by "
                     "value, not by an address in the member table",
                 )
-        alone = [members[0][0].get_name() for key, members in by_key.items() if len(members) == 1 and key not in reported]
+        alone = [m[0][0].get_name() for key, m in by_key.items() if len(m) == 1 and key not in reported]
         if len(alone) > 1:
             record(RULE, False, alone, f"not merged: {len(alone)} kernels, each with a loop body no other one here has "
                    "(only kernels of one body, up to buffer names, row counts and offsets, merge)")
@@ -119,7 +119,7 @@ def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], li
     """Take out of ``by_key`` the progressions of one cat (``PieceGroupToComboKernel``'s groups) whose bodies
     differ: a member table would take the progressions of one body, and the others would then be kernels of their
     own, where the piece group makes them all one."""
-    state = graph_state()
+    state = graph_state.existing()
     if state is None or not state.piece_groups:
         return
     key_of = {id(node): key for key, members in by_key.items() for node, _ in members}
