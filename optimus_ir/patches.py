@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optimus_ir import drivers, dump, graph_state, passes, stock_guard
+from optimus_ir import drivers, dump, graph_state, passes, settings, stock_guard
 from optimus_ir.after_import import after_import
 from optimus_ir.patching import PATCHES
 from optimus_ir.rule import Stage
@@ -71,7 +71,7 @@ def _pass_classes() -> tuple[type, type, type]:
         def uuid(self) -> Any:
             chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
             enabled = tuple(sorted(passes.configured_passes()))
-            return ("optimus_ir", type(self).__name__, package_identity(), enabled, chained)
+            return ("optimus_ir", type(self).__name__, package_identity(), enabled, settings.cache_key(), chained)
 
     class OptimusGraphPass(_Keyed):
         """``post_grad_custom_post_pass``: changes no FX node (the rewrites happen in lowering and scheduling);

@@ -18,7 +18,7 @@ from optimus_ir.records import record
 from optimus_ir.rule import NotApplicable, SchedulerRule, Stage, WrapperRule
 from optimus_ir.scheduler_hooks.alignment_in_tables import RULE as ALIGNMENT_RULE
 from optimus_ir.scheduler_hooks.alignment_in_tables import moved_to_tables
-from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
+from optimus_ir.scheduler_hooks.horizontal.group import TableGroup
 
 _CHECKS = "input_checks"
 
@@ -138,10 +138,10 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
             for name in OrderedSet(dep.name for dep in node.read_writes.reads):
                 if name in index and index[name] in checked:
                     readers[name].append(node)
-        in_tables = [name for name, of in readers.items() if any(isinstance(node, MemberTableGroup) for node in of)]
+        in_tables = [name for name, of in readers.items() if any(isinstance(node, TableGroup) for node in of)]
         moved = [
             name for name in in_tables
-            if name not in V.graph.mutated_inputs and all(isinstance(node, MemberTableGroup) for node in readers[name])
+            if name not in V.graph.mutated_inputs and all(isinstance(node, TableGroup) for node in readers[name])
         ]
         if len(moved) < len(in_tables):
             kept = [name for name in in_tables if name not in moved]

@@ -61,7 +61,7 @@ def test_each_merged_kernel_links_to_the_decisions_that_made_it(tmp_path, monkey
     assert f'href="#{graph}-{split_cat}"' in cat.group(2)
     # the rejection and its reason, the launch counts of both sides
     assert any("rejected" in t and "each with a loop body no other one here has" in t for t in decisions.values())
-    assert "stock Inductor: 10 launches" in page and "optimus_ir: 3 launches" in page
+    assert "stock Inductor: 10 launches" in page and "optimus_ir: 1 launches" in page  # one kernel of 3 bodies
     assert re.search(r"tanh\w*</a></td><td>8×</td>", page)
 
 

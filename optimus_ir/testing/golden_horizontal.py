@@ -1,5 +1,5 @@
 """The golden cases of the horizontal pass: N independent kernels of one body (pointwise, row and full reductions,
-layer norms, optimizer steps, backwards) and embedding bags (part of
+layer norms, optimizer steps, backwards), kernels of several bodies, and embedding bags (part of
 :data:`optimus_ir.testing.golden_cases.CASES`)."""
 
 from __future__ import annotations
@@ -60,6 +60,16 @@ def sgd_momentum_each(*args):
     return [*params, *buffers]
 
 
+#: four bodies, one per member in turn: kernels no other one shares a body with, and classes of several members
+_FOUR_OPS = (torch.tanh, torch.sigmoid, F.gelu, lambda x: x * 2 + 1)
+
+
+def four_bodies_each(*xs):
+    return [_FOUR_OPS[i % len(_FOUR_OPS)](x) for i, x in enumerate(xs)]
+
+
+_THREE_SHAPES = ((64, 96), (33, 256), (128, 40))
+
 _SGD_SHAPES = ((64, 32), (32,), (128, 64), (64,), (100, 16), (16,))
 
 _SEVEN_ROW_COUNTS = (64, 128, 33, 256, 7, 200, 100)
@@ -102,10 +112,23 @@ HORIZONTAL_CASES = [
     ),
     Case(
         # backward: five incoming gradients; merged, they all stay alive until the one kernel has allocated all
-        # five input gradients, above the peak of stock's kernels, which free each after its own: two members
-        # merge, under that peak (5 → 4 launches)
+        # five input gradients, above the peak of stock's kernels, which free each after its own: members merge
+        # as far as they stay under that peak (5 → 3 launches)
         "horizontal_row_sum_tanh_training", row_sum_of_tanh_each,
-        _tensors(*[(rows, 64) for rows in (32, 32, 16, 48, 32)], grad=True), 10, 5,
+        _tensors(*[(rows, 64) for rows in (32, 32, 16, 48, 32)], grad=True), 10, 4,
+        ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+    ),
+    Case(
+        # four bodies over twelve tensors of three shapes: one kernel of four classes, a member table each
+        "horizontal_4_bodies", four_bodies_each, _tensors(*[_THREE_SHAPES[i % 3] for i in range(12)]), 12, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        # a training step, the incoming gradients from outside: the forward one kernel of four classes; the
+        # backward's four bodies (x * 2 + 1 has no kernel there) merge as far as the incoming gradients, freed
+        # after their last reader by stock's kernels, allow
+        "horizontal_4_bodies_training", four_bodies_each,
+        _tensors(*[_THREE_SHAPES[i % 3] for i in range(12)], grad=True), 24, 3,
         ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
     ),
     Case(
@@ -156,8 +179,8 @@ HORIZONTAL_CASES.append(
         # forward: the backward no longer reads the offsets, offset2bag and the rest, so the offsets and the 4 ATen
         # kernels become 4 reductions fused with their scale (tables of both modes and scales: different bodies);
         # backward: 4 ATen kernels (each ~20 launches on the GPU) → per table the bag gradient, a zero fill ordered
-        # after it, a scatter-add: 10 launches
-        14,
+        # after it, a scatter-add; the bag gradients and the fills of different bodies each one kernel of classes
+        8,
         ("EmbeddingBagOfRegularBagsToReduction", "EmbeddingBagBackwardOfRegularBagsToScatterAdd"),
         atol=1e-4,
     )

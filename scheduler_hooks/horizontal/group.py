@@ -4,6 +4,7 @@ wrapper lines, or each member's stock kernel where that kernel cannot be made.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import re
@@ -20,24 +21,32 @@ from optimus_ir.loop_body import replay
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
 from optimus_ir.scheduler_hooks.horizontal import allocation
-from optimus_ir.scheduler_hooks.horizontal.allocation import RegionsOfAllocations, one_allocations
-from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
+from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
 log = logging.getLogger("optimus_ir")
 
-class MemberTableGroup(GroupKernelNode):
+class TableGroup(GroupKernelNode):
+    """A merged node whose kernel reads its members' buffers through member tables: what the memory model and the
+    input checks ask of one."""
+
+    #: the members' buffers made as one allocation (for the memory estimates)
+    one_allocations: dict[Any, OneAllocation]
+    #: by output: the saved tensor it is written over where the call alone holds that tensor
+    takes_over: dict[str, str]
+
+
+class MemberTableGroup(TableGroup):
     """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
 
     def __init__(self, members: list[Any], structures: list[Structure], reduction: bool) -> None:
         super().__init__(members)
         self.members, self.structures, self.reduction = members, structures, reduction
         self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
-        #: by slot: the members' buffers made as one allocation (for the memory estimates)
-        self.one_allocations = one_allocations(members, structures)
-        #: by output: the saved tensor it is written over where the call alone holds that tensor
+        self.one_allocations = one_allocations(members, structures)  # by slot
         self.takes_over = allocation.saved_tensors_to_take_over(members, self.one_allocations)
 
     def codegen(self, backend: Any, stock: Any) -> None:
@@ -56,11 +65,40 @@ class MemberTableGroup(GroupKernelNode):
         return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
 
 
+@dataclasses.dataclass
+class GroupKernel:
+    """A group's kernel before it is defined: the kernel, its source, its node schedule, and the members and their
+    structures in the kernel's order (largest first)."""
+
+    kernel: MemberTableKernel
+    source: str
+    schedule: list[Any]
+    members: list[Any]
+    structures: list[Structure]
+
+
 def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     """Emit one kernel for the group: Inductor's kernel for its largest member, made to serve every member.
 
     If making that kernel's source fails, each member gets its stock kernel instead (the error goes to the dump).
     """
+    try:
+        made = group_kernel(backend, group)
+    except Exception as error:  # a rule must never fail a compile
+        codegen_one_by_one(backend, group.members, set(group.last_usage), error)
+        return
+    kernel_name = backend.define_kernel(made.source, made.schedule, made.kernel)
+    made.kernel.kernel_name = kernel_name
+    before_call(kernel_name, group, made)
+    backend.codegen_comment(made.schedule, kernel_name)
+    made.kernel.call_kernel(kernel_name)
+    after_call(made)
+    backend.free_buffers_in_scheduler()
+
+
+def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacement | None = None) -> GroupKernel:
+    """Inductor's kernel for the group's largest member, made to serve every member (placed by ``placement`` where
+    the group is one class of a kernel of several bodies)."""
     order = sorted(range(len(group.members)), key=lambda i: (-group.structures[i].numel, -group.structures[i].rnumel))
     members = [group.members[i] for i in order]
     structures = [group.structures[i] for i in order]
@@ -69,43 +107,39 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     _, (numel, rnumel) = rep.group
     divisors = varying_divisors(structures)
     symbolic = structures[0].numel_expr is not None
-    try:
-        schedule = backend.generate_node_schedule(nodes, numel, rnumel)
-        tiling = backend.select_tiling(schedule, numel, rnumel)
-        with _over_flat_index(rep, structures[0], divisors, always=symbolic and not group.reduction):
-            kernel = MemberTableKernel(
-                tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
-                reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors,
-            )
-            with config.patch(inplace_buffers=False):  # each member writes its own outputs
-                backend.codegen_node_schedule_with_kernel(schedule, kernel)
-            with V.set_kernel_handler(kernel):
-                src_code = kernel.codegen_kernel()
-        _check_shared_size_symbols(kernel, structures[0])
-    except Exception as error:  # a rule must never fail a compile
-        log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=True)
-        record(
-            RULE, False, [m.get_name() for m in members],
-            f"internal error in codegen {error!r}; stock kernels",
+    schedule = backend.generate_node_schedule(nodes, numel, rnumel)
+    tiling = backend.select_tiling(schedule, numel, rnumel)
+    with _over_flat_index(rep, structures[0], divisors, always=symbolic and not group.reduction):
+        kernel = MemberTableKernel(
+            tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
+            reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors, placement=placement,
         )
-        _codegen_one_by_one(backend, group)
-        return
-    kernel_name = backend.define_kernel(src_code, schedule, kernel)
-    kernel.kernel_name = kernel_name
-    _allocate_together(kernel_name, group, members, structures)
+        with config.patch(inplace_buffers=False):  # each member writes its own outputs
+            backend.codegen_node_schedule_with_kernel(schedule, kernel)
+        with V.set_kernel_handler(kernel):
+            source = kernel.codegen_kernel()
+    _check_shared_size_symbols(kernel, structures[0])
+    kernel.check_slots()
+    return GroupKernel(kernel, source, schedule, members, structures)
+
+
+def before_call(kernel_name: str, group: MemberTableGroup, made: GroupKernel) -> None:
+    """Once the kernel is defined: the wrapper's allocations of the group's buffers, and its members marked run."""
+    _allocate_together(kernel_name, group, made.members, made.structures)
     _write_over_saved_tensors(kernel_name, group)
-    with V.set_kernel_handler(kernel):
-        for member in members:
+    with V.set_kernel_handler(made.kernel):
+        for member in made.members:
             for node in member.get_nodes():
                 node.mark_run()
-    backend.codegen_comment(schedule, kernel_name)
-    kernel.call_kernel(kernel_name)
-    # what the kernel found it needs not write for its member (buffers used only inside it), for every member
+
+
+def after_call(made: GroupKernel) -> None:
+    """What the kernel found it needs not write for its member (buffers used only inside it), for every member."""
+    kernel, structures = made.kernel, made.structures
     for structure in structures[1:]:
         rename = dict(zip(structures[0].slots, structure.slots))
         V.graph.removed_buffers |= {rename.get(name, name) for name in kernel.removed_buffers}
     V.graph.removed_buffers |= kernel.removed_buffers
-    backend.free_buffers_in_scheduler()
 
 
 def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
@@ -235,14 +269,18 @@ def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...]) -> bool:
     return True
 
 
-def _codegen_one_by_one(backend: Any, group: MemberTableGroup) -> None:
-    """Stock kernels for the members, in order, each freeing the buffers it is the last to read."""
-    scheduler = group.scheduler
-    RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(group.used_buffer_names())
-    check_alignment_again(group.used_buffer_names())
-    last_usage = set(group.last_usage)
+def codegen_one_by_one(backend: Any, members: list[Any], last_usage: set[str], error: Exception) -> None:
+    """Stock kernels for ``members``, in order, each freeing the buffers of ``last_usage`` (those their group is the
+    last to read) that it is the last to read: where making their kernel failed with ``error`` (logged, and
+    recorded for the dump)."""
+    log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=error)
+    record(RULE, False, [m.get_name() for m in members], f"internal error in codegen {error!r}; stock kernels")
+    scheduler = members[0].scheduler
+    used = set().union(*(m.used_buffer_names() for m in members))
+    RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(used)
+    check_alignment_again(used)
     scheduler.buffer_names_to_free -= last_usage
-    for i, member in enumerate(group.members):
-        later = set().union(*(m.used_or_aliased_buffer_names() for m in group.members[i + 1 :]))
+    for i, member in enumerate(members):
+        later = set().union(*(m.used_or_aliased_buffer_names() for m in members[i + 1 :]))
         scheduler.buffer_names_to_free |= (last_usage & member.used_or_aliased_buffer_names()) - later
         backend.codegen_node(member)

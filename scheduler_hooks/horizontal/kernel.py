@@ -3,6 +3,7 @@ member through the member table (its layout: :mod:`optimus_ir.member_table`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -36,6 +37,34 @@ _TRITON_DTYPE = {
 }
 
 
+#: The name of a class's block index among its own blocks: the first argument of a class's function after its
+#: tensors and sizes (:mod:`.dispatch`)
+CLASS_PID = "xpid"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassPlacement:
+    """Where the classes of one kernel of several bodies start their members: at multiples of ``align``, the same
+    for every class, so that one block size serves them all; ``size_hint_x`` is that kernel's size hint."""
+
+    align: int
+    size_hint_x: int
+
+    @classmethod
+    def of(cls, numels: list[list[int]]) -> ClassPlacement:
+        """The placement of pointwise classes whose members have ``numels`` (by class)."""
+        align = block_alignment(max(max(n) for n in numels), reduction=False)
+        total = sum(-(-n // align) * align for members in numels for n in members)
+        return cls(align, pointwise_size_hint(total, align))
+
+
+def pointwise_size_hint(total: int, align: int) -> int:
+    """A pointwise member-table kernel's size hint along x: the members' blocks end to end where members are padded
+    to the largest block (no block the heuristics pick can span two), else ``align``, which bounds every block the
+    heuristics pick (they never exceed the hint)."""
+    return 1 << (total - 1).bit_length() if align == MAX_XBLOCK else align
+
+
 class MemberTableKernel(TritonKernel):
     """Inductor's Triton kernel for one member, with a prologue that makes it serve every member of a group.
 
@@ -51,6 +80,7 @@ class MemberTableKernel(TritonKernel):
         reduction: bool,
         call_site: str,
         divisors: dict[sympy.Symbol, list[int]],
+        placement: ClassPlacement | None = None,
         **kwargs: Any,
     ) -> None:
         self.structures = structures
@@ -70,7 +100,12 @@ class MemberTableKernel(TritonKernel):
         #: any block size the autotuner picks for the size hint must fit (members start at the largest one)
         self.symbolic = structures[0].numel_expr is not None
         largest_block = MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK
-        self.align = largest_block if self.symbolic else block_alignment(numels[0], reduction)
+        #: one class of a kernel of several bodies (:mod:`.dispatch`): where its members start
+        self.placement = placement
+        if placement is not None:
+            self.align = placement.align
+        else:
+            self.align = largest_block if self.symbolic else block_alignment(numels[0], reduction)
         padded = [-(-n // self.align) * self.align for n in numels]
         self.starts = [sum(padded[:i]) for i in range(len(padded))]
         self.total = sum(padded)
@@ -78,7 +113,7 @@ class MemberTableKernel(TritonKernel):
         self.pad_to = padded_members(len(numels))
         self.layout = MemberTableLayout(len(numels), self.pad_to, len(self.member_values))
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
-        self.size_hint_x = self._size_hint_x(reduction)
+        self.size_hint_x = placement.size_hint_x if placement is not None else self._size_hint_x(reduction)
 
     def _size_hint_x(self, reduction: bool) -> int:
         """The kernel's size hint along x, from which Inductor's heuristics pick its configs: the members' blocks
@@ -90,9 +125,9 @@ class MemberTableKernel(TritonKernel):
         Row reductions of 64 × [256, 512]: a hint of 256 rows gives Inductor's one-row, four-warp config (for
         "few" rows); the total, 16384, its two-row, one-warp one, as for one tensor of all rows.
         """
-        total = 1 << (self.total - 1).bit_length()
         if not reduction:
-            return total if self.align == MAX_XBLOCK else self.align
+            return pointwise_size_hint(self.total, self.align)
+        total = 1 << (self.total - 1).bit_length()
         rnumel = math.prod(int(n) if isinstance(n, (int, sympy.Integer)) else 0
                            for prefix, n in self.numels.items() if prefix != "x")
         wide_rows = self.align == MAX_REDUCTION_XBLOCK and rnumel >= MIN_RNUMEL_FOR_TOTAL_HINT
@@ -147,9 +182,10 @@ class MemberTableKernel(TritonKernel):
                 code.writeline(line)
         n = len(self.structures)
         small = self.index_dtype == "tl.int32" and self.total < 2**31 and not self.symbolic
-        pid = "tl.program_id(0)" if small else "tl.program_id(0).to(tl.int64)"
+        pid = "tl.program_id(0)" if self.placement is None else CLASS_PID  # a class: the block among its own
+        pid = pid if small else f"{pid}.to(tl.int64)"
         code.writeline(f"xstart = {pid} * XBLOCK")
-        tensor_args = self._tensor_args()
+        tensor_args = self.tensor_args_of_table()
         code.writeline(f"xtable = {tensor_args[0][0]}.to(tl.pointer_type(tl.int64))")
         if self.uniform:
             padded = self.total // n
@@ -190,6 +226,15 @@ class MemberTableKernel(TritonKernel):
                 aligned.add(argdef.name)
         return aligned
 
+    def check_slots(self) -> None:
+        """Raise unless every tensor the kernel takes is one its members' structure names (a buffer read through
+        another's mutation is named as neither)."""
+        argdefs, call_args, _, _ = self.args.python_argdefs()
+        tensors = {arg for arg, _ in self.tensor_args_of_table()}
+        for argdef, outer in zip(argdefs, call_args):
+            if argdef.name in tensors and outer not in self.structures[0].slots:
+                raise NotImplementedError(f"the kernel reads {outer}, which its members' structure does not name")
+
     def _members_of_slot(self, outer: str) -> list[tuple[str, int]]:
         """For the representative's buffer ``outer``: each member's buffer in that slot, and the bytes its address
         adds to the representative's offset (which the shared body adds)."""
@@ -198,7 +243,7 @@ class MemberTableKernel(TritonKernel):
         itemsize = V.graph.get_dtype(outer).itemsize
         return [(s.slots[slot], (s.offsets[slot] - rep.offsets[slot]) * itemsize) for s in self.structures]
 
-    def _tensor_args(self) -> list[tuple[str, str]]:
+    def tensor_args_of_table(self) -> list[tuple[str, str]]:
         signature = self.triton_meta["signature"]
         return [
             (arg, _TRITON_DTYPE[kind[1:]])
@@ -209,9 +254,26 @@ class MemberTableKernel(TritonKernel):
     def call_kernel(self, name: str, node: Any = None, deallocate_ws: bool = True) -> None:
         wrapper = V.graph.wrapper_code
         wrapper.write_triton_header_once()
+        table, total = self.write_table(name)
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
+        tensor_args = {arg for arg, _ in self.tensor_args_of_table()}
+        call_args = [table if a.name in tensor_args else c for a, c in zip(argdefs, call_args)]
+        first_numel = len(call_args)
+        self.add_numel_to_call_args(name, call_args, arg_types)
+        call_args[first_numel] = total  # x: the members' blocks, end to end (the grid)
+        wrapper.generate_kernel_call(
+            name, call_args, triton=True, arg_types=arg_types,
+            triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,
+        )
+        wrapper.writeline(f"del {table}")
+
+    def write_table(self, name: str) -> tuple[str, str]:
+        """Write the wrapper's lines that make this call's member table (for kernel ``name``); returns the name of
+        the table's tensor in the call and the members' blocks end to end (what the launch covers), as code."""
+        wrapper = V.graph.wrapper_code
+        argdefs, call_args, _, _ = self.args.python_argdefs()
         argdefs = [a.name for a in argdefs]
-        tensor_args = {arg for arg, _ in self._tensor_args()}
+        tensor_args = {arg for arg, _ in self.tensor_args_of_table()}
         table = f"{name}_members_{self.call_site}"
         regions = RegionsOfAllocations.of(wrapper)
         aligned_args = self._aligned_args()
@@ -258,12 +320,4 @@ class MemberTableKernel(TritonKernel):
         wrapper.writeline(f"{table}_now = {table}({', '.join(by_slot)}{call_options})")
         for storage in storages:
             regions.after_table(storage)
-        call_args = [f"{table}_now" if a in tensor_args else c for a, c in zip(argdefs, call_args)]
-        first_numel = len(call_args)
-        self.add_numel_to_call_args(name, call_args, arg_types)
-        call_args[first_numel] = total  # x: the members' blocks, end to end (the grid)
-        wrapper.generate_kernel_call(
-            name, call_args, triton=True, arg_types=arg_types,
-            triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,
-        )
-        wrapper.writeline(f"del {table}_now")
+        return f"{table}_now", total

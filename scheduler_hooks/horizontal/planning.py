@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend
 from optimus_ir.scheduler_hooks.horizontal.tuning import (
+    MAX_CLASSES,
     MAX_EMPTY_BLOCKS,
     MAX_MEMBERS,
     MAX_PADDING,
@@ -22,6 +24,9 @@ from optimus_ir.scheduler_hooks.node_graph import independent
 Candidate = tuple[Any, Structure]
 Group = tuple[list[Candidate], bool]
 GroupingPolicy = Callable[[list[list[Candidate]]], list[Group]]
+#: A class of a kernel of several bodies: a node (a merged group, or a kernel of a body no other one here has) and
+#: its members' structures.
+ClassUnit = tuple[Any, list[Structure]]
 
 
 def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
@@ -55,6 +60,42 @@ def set_grouping_policy(policy: GroupingPolicy | None) -> None:
 
 def grouping_policy() -> GroupingPolicy:
     return _policy
+
+
+def class_sets(units: list[ClassUnit]) -> list[list[ClassUnit]]:
+    """Which pointwise classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of at most
+    ``MAX_CLASSES`` with no path between two of them and at most ``MAX_MEMBERS`` members of one body, each cut by
+    size where padding every member to the blocks of the largest costs too much (``MAX_PADDING``, as for one
+    class)."""
+    sets: list[list[ClassUnit]] = []
+    for unit in units:
+        for kept in sets:
+            if len(kept) < MAX_CLASSES and _fits(unit, kept) and independent(unit[0], [node for node, _ in kept]):
+                kept.append(unit)
+                break
+        else:
+            sets.append([unit])
+    parts: list[list[ClassUnit]] = []
+    for kept in sets:
+        by_size = sorted(kept, key=lambda unit: max(s.numel for s in unit[1]))
+        start = len(parts)
+        for unit in by_size:
+            if len(parts) > start and not _too_padded(_flat(parts[-1] + [unit]), reduction=False):
+                parts[-1].append(unit)
+            else:
+                parts.append([unit])
+    return [part for part in parts if len(part) > 1]
+
+
+def _fits(unit: ClassUnit, kept: list[ClassUnit]) -> bool:
+    """Whether ``unit`` joins ``kept`` with no class (the members of one body) above ``MAX_MEMBERS``."""
+    members = collections.Counter(s.key for _, structures in kept for s in structures)
+    members.update(s.key for s in unit[1])
+    return max(members.values()) <= MAX_MEMBERS
+
+
+def _flat(units: list[ClassUnit]) -> list[Candidate]:
+    return [(node, structure) for node, structures in units for structure in structures]
 
 
 def _independent_groups(candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:

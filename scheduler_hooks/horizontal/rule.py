@@ -30,10 +30,11 @@ from optimus_ir import graph_state
 from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
+from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_once
-from optimus_ir.scheduler_hooks.horizontal.merging import try_groups
-from optimus_ir.scheduler_hooks.horizontal.planning import grouping_policy
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure, structure_of
+from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class_sets, try_groups
+from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit, class_sets, grouping_policy
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure, structure_of, tiling_prefixes, triton_backend
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 
 
@@ -99,10 +100,11 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 )
         alone = [m[0][0].get_name() for key, m in by_key.items() if len(m) == 1 and key not in reported]
         if len(alone) > 1:
-            record(RULE, False, alone, f"not merged: {len(alone)} kernels, each with a loop body no other one here has "
-                   "(only kernels of one body, up to buffer names, row counts and offsets, merge)")
+            record(RULE, False, alone, f"not merged by body: {len(alone)} kernels, each with a loop body no other one "
+                   "here has (each a class of its own in a kernel of several bodies, where one is made)")
         to_try = grouping_policy()(list(by_key.values()))
-        if not to_try:
+        candidates = {id(node): structure for members in by_key.values() for node, structure in members}
+        if not to_try and len(candidates) < 2:
             return nodes
         # the member table's run time and the output split are Python lines of the wrapper: a C++ wrapper
         # (cpp_wrapper, AOTInductor) has no place for them, and an FX one (fx_wrapper) refuses lines of text
@@ -112,7 +114,30 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 record(RULE, False, [m.get_name() for m, _ in part], f"not merged ({wrapper}): stock kernels")
             return nodes
         with planning_worked_out_once(nodes[0].scheduler):
-            return try_groups(nodes, to_try, bytes_of)
+            check = MemoryCheck.of(nodes, bytes_of)
+            nodes = try_groups(nodes, to_try, check)
+            return try_class_sets(nodes, class_sets(_class_units(nodes, candidates)), check)
+
+
+def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
+    """In schedule order, the nodes that can be a class of a kernel of several bodies: pointwise merged groups,
+    and pointwise candidates left alone, 1-d, of static sizes, that update nothing in place, read no 0-d CPU
+    tensor (passed by value, where a class takes only its table) and no buffer their structure does not name (one
+    read through another's mutation)."""
+    units = []
+    for node in nodes:
+        if isinstance(node, MemberTableGroup) and not node.reduction:
+            structures = node.structures
+        elif (
+            id(node) in candidates and tiling_prefixes(triton_backend(node), node) == ("x",)
+            and node.used_buffer_names() <= set(candidates[id(node)].slots)
+        ):
+            structures = [candidates[id(node)]]
+        else:
+            continue
+        if all(s.numel_expr is None and not s.updates_in_place and not s.key[-1] for s in structures):
+            units.append((node, structures))
+    return units
 
 
 def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]]) -> None:

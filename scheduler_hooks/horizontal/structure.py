@@ -4,6 +4,7 @@ to names, row count and a constant offset per buffer compare equal."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -266,7 +267,22 @@ class _Tracer:
             len(reduce_sizes) if one_row else tuple(sympy.sympify(s) for s in reduce_sizes),
             graphs,
             tuple((self.slot_of.get(name), removable, self.slot_of[real]) for name, removable, real in written),
+            _indirect_indexing(snode._body),
         )
+
+
+def _indirect_indexing(body: Any) -> tuple[Any, ...]:
+    """The size each index loaded from a tensor is checked against and wrapped by, with whether it is checked and
+    wrapped: not in the body's graph (which calls ``set_indirect<N>`` with the index alone), and the kernel uses its
+    representative's (GraphSAGE's gathers from node types of 900 and 1500 rows failed its bounds check)."""
+    parts = []
+    for var, size in body.indirect_var_ranges.items():
+        shim = getattr(body.submodules.get(f"set_{var}"), "clone", None)
+        flags = () if not isinstance(shim, functools.partial) else tuple(
+            shim.keywords.get(flag) for flag in ("check", "wrap_neg")
+        )
+        parts.append((sympy.sympify(size), *flags))
+    return tuple(parts)
 
 
 def triton_backend(node: Any) -> Any:

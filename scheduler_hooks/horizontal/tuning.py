@@ -13,6 +13,8 @@ MAX_XBLOCK = 4096
 BYTES_PER_THREAD = 32
 #: More members than this are split into several groups (the kernel loads one table row per member per block).
 MAX_MEMBERS = 1024
+#: Classes (bodies) of one kernel of several bodies at most: its code, and Triton's compile time, grow with them.
+MAX_CLASSES = 32
 #: The largest block of rows Inductor's reduction heuristics pick for rows of at least ``MIN_RNUMEL_FOR_TOTAL_HINT``
 #: elements on CUDA (``outer_config_opt``'s 256; persistent reductions' ``xblock_vals`` and ``4096 // rnumel``):
 #: members of a row-reduction group start at multiples of the next power of two of their row count, capped here.

@@ -1,0 +1,94 @@
+"""The merged node of several classes (:class:`ClassesGroup`): independent pointwise kernels of different bodies,
+each class a member-table group of one body, generated as one kernel that sends each block to its class
+(:mod:`.dispatch`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimus_ir.scheduler_hooks.horizontal import dispatch
+from optimus_ir.scheduler_hooks.horizontal.group import (
+    MemberTableGroup,
+    TableGroup,
+    after_call,
+    before_call,
+    codegen_one_by_one,
+    group_kernel,
+)
+from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement
+
+
+class ClassesGroup(TableGroup):
+    """Classes of independent pointwise kernels, one body each, generated as one kernel.
+
+    Before (after the member-table merges; ``[tanh(x) for x in xs] + [sigmoid(y) for y in ys] + [gelu(z)]``)::
+
+        MemberTableGroup([tanh of x0, ..., x15])       # kernel 0
+        MemberTableGroup([sigmoid of y0, ..., y7])     # kernel 1
+        SchedulerNode(gelu of z)                        # kernel 2
+
+    After::
+
+        ClassesGroup([tanh ×16, sigmoid ×8, gelu ×1])  # one launch: class by block, member by the class's table
+    """
+
+    def __init__(self, classes: list[MemberTableGroup]) -> None:
+        self.members = [member for group in classes for member in group.members]
+        super().__init__(self.members)
+        self.classes = classes
+        self.scheduler.name_to_fused_node.update({n: self for m in self.members for n in m.get_operation_names()})
+        self.one_allocations = {
+            (k, slot): allocation
+            for k, group in enumerate(classes)
+            for slot, allocation in group.one_allocations.items()
+        }
+        self.takes_over = {output: saved for group in classes for output, saved in group.takes_over.items()}
+
+    def codegen(self, backend: Any, stock: Any) -> None:
+        codegen_classes(backend, self)
+
+    def describe(self) -> str:
+        sizes = [len(group.members) for group in self.classes]
+        return f"pointwise, classes of {min(sizes)}..{max(sizes)} members, a member table each"
+
+
+def codegen_classes(backend: Any, group: ClassesGroup) -> None:
+    """Emit one kernel for the classes of ``group``. A class whose kernel cannot be made gets its members' stock
+    kernels (each error goes to the dump), and so does every class where the dispatch kernel cannot be made."""
+    placement = ClassPlacement.of([[s.numel for s in c.structures] for c in group.classes])
+    made, apart = [], []
+    for c in group.classes:
+        try:
+            made.append((c, group_kernel(backend, c, placement)))
+        except Exception as error:  # a rule must never fail a compile
+            apart.append((c, error))
+    kernels = [m.kernel for _, m in made]
+    try:
+        meta = dispatch.triton_meta(kernels), dispatch.inductor_meta(kernels)
+        source = dispatch.dispatch_source(kernels, [m.source for _, m in made], meta)
+    except Exception as error:
+        apart += [(c, error) for c, _ in made]
+        made = []
+    _codegen_apart(backend, group, apart)
+    if made:
+        schedule = [node for _, m in made for node in m.schedule]
+        kernel_name = backend.define_kernel(source, schedule, kernels[0])
+        for c, m in made:
+            m.kernel.kernel_name = kernel_name
+            before_call(kernel_name, c, m)
+        backend.codegen_comment(schedule, kernel_name)
+        dispatch.launch(kernel_name, kernels, meta)
+        for _, m in made:
+            after_call(m)
+    backend.free_buffers_in_scheduler()
+
+
+def _codegen_apart(backend: Any, group: ClassesGroup, apart: list[tuple[MemberTableGroup, Exception]]) -> None:
+    """Stock kernels for the members of the classes in ``apart``, ahead of the group's kernel: the buffers the group
+    is the last to read are freed after that kernel, not after theirs."""
+    scheduler = group.scheduler
+    held = scheduler.buffer_names_to_free & group.last_usage
+    scheduler.buffer_names_to_free -= held
+    for c, error in apart:
+        codegen_one_by_one(backend, c.members, set(), error)
+    scheduler.buffer_names_to_free |= held

@@ -1,0 +1,140 @@
+"""The Triton kernel of a group of several classes (kernels of different bodies, each with its member table): each
+class's member-table kernel becomes a device function, and one kernel sends each block to its class.
+
+    @triton.jit
+    def class_0(in_ptr0, out_ptr0, xnumel, xpid, XBLOCK: tl.constexpr):     # class 0's member-table kernel,
+        xstart = xpid * XBLOCK                                              # its block among its own
+        ...
+    @triton_heuristics.pointwise(...)
+    @triton.jit
+    def KERNEL_NAME(xtable0, xtable1, xnumel, XBLOCK: tl.constexpr):
+        xpid = tl.program_id(0)
+        if xpid < 8192 // XBLOCK:
+            class_0(xtable0, xtable0, xnumel, xpid, XBLOCK)
+        elif xpid < 12288 // XBLOCK:
+            class_1(xtable1, xtable1, xtable1, xnumel, xpid - 8192 // XBLOCK, XBLOCK)
+
+The code grows with the classes, not with their members. Every class starts its members at multiples of one
+alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch._inductor.utils import Placeholder
+
+from optimus_ir.scheduler_hooks.horizontal.kernel import CLASS_PID, MemberTableKernel
+
+_JIT = "@triton.jit\ndef "
+
+
+def dispatch_source(
+    kernels: list[MemberTableKernel], sources: list[str], meta: tuple[dict[str, Any], dict[str, Any]]
+) -> str:
+    """The source of one kernel over the classes whose member-table kernels are ``kernels``, of sources
+    ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`); ``meta``: its
+    :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel takes an
+    argument other than its tensors, its numel and its block size."""
+    preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
+    if len(preludes) != 1:
+        raise NotImplementedError("classes with helper functions of their own")
+    functions, calls, start = [], [], 0
+    for k, (kernel, source) in enumerate(zip(kernels, sources)):
+        definition = _class_function(source, f"class_{k}")
+        functions.append(definition)
+        pid = f"{CLASS_PID} - {start} // XBLOCK" if start else CLASS_PID
+        arguments = _call_arguments(kernel, definition, f"xtable{k}", pid)
+        keyword = "if" if k == 0 else "elif"
+        start += kernel.total
+        calls.append(f"    {keyword} {CLASS_PID} < {start} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
+    tables = [f"xtable{k}" for k in range(len(kernels))]
+    heuristics = (
+        "@triton_heuristics.pointwise(\n"
+        f"    size_hints={{'x': {kernels[0].size_hint_x}}}, \n"
+        "    filename=__file__,\n"
+        f"    triton_meta={meta[0]!r},\n"
+        f"    inductor_meta={meta[1]!r},\n"
+        f"    min_elem_per_thread={max(kernel.min_elem_per_thread for kernel in kernels)}\n"
+        ")\n"
+    )
+    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, xnumel, XBLOCK : tl.constexpr):\n"
+    body = f"    {CLASS_PID} = tl.program_id(0)\n{''.join(calls)}"
+    return preludes.pop() + "\n\n".join(functions) + "\n\n" + heuristics + header + body
+
+
+def triton_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
+    """Class 0's, for the dispatch kernel's arguments: a table (16-byte aligned, as torch allocates) per class and
+    the blocks of all classes end to end."""
+    meta = copy.deepcopy(kernels[0].triton_meta)
+    total = sum(kernel.total for kernel in kernels)
+    meta["signature"] = {
+        **{f"xtable{k}": "*i64" for k in range(len(kernels))},
+        "xnumel": "i32" if total < 2**31 else "i64",
+        "XBLOCK": "constexpr",
+    }
+    aligned = list(range(len(kernels))) + ([len(kernels)] if total % 16 == 0 else [])
+    meta["configs"] = [{(i,): [["tt.divisibility", 16]] for i in aligned}]
+    meta["constants"] = {}
+    return meta
+
+
+def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
+    """Class 0's, with the loads, stores and atomics of all classes."""
+    meta = dict(kernels[0].inductor_meta)
+    meta["kernel_name"] = str(Placeholder.DESCRIPTIVE_NAME)
+    meta["mutated_arg_names"] = []
+    for key in ("num_load", "num_store", "num_reduction"):
+        if key in meta:
+            meta[key] = sum(kernel.inductor_meta.get(key, 0) for kernel in kernels)
+    meta["atomic_add_found"] = any(kernel.inductor_meta.get("atomic_add_found") for kernel in kernels)
+    return meta
+
+
+def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """The wrapper's lines for one call of dispatch kernel ``name``: each class's table, the launch over all
+    classes' blocks, and the tables' release. ``meta``: the dispatch kernel's triton and inductor meta."""
+    from torch._inductor.virtualized import V
+
+    wrapper = V.graph.wrapper_code
+    wrapper.write_triton_header_once()
+    tables, totals = zip(*(kernel.write_table(name) for kernel in kernels))
+    total = " + ".join(str(t) for t in totals)
+    wrapper.generate_kernel_call(
+        name, [*tables, total], triton=True, arg_types=[torch.int64] * len(tables) + [int],
+        triton_meta=meta[0], inductor_meta=meta[1],
+    )
+    wrapper.writeline(f"del {', '.join(tables)}")
+
+
+def _class_function(source: str, function: str) -> str:
+    """The ``@triton.jit`` function of a member-table kernel's ``source``, renamed ``function``, its block index
+    among its class's blocks (``CLASS_PID``) an argument before its block sizes."""
+    _, _, definition = source.partition(_JIT)
+    signature, _, body = definition.partition("):\n")
+    _, _, arguments = signature.partition("(")
+    names = arguments.split(", ")
+    first_constexpr = next(i for i, name in enumerate(names) if "tl.constexpr" in name)
+    names.insert(first_constexpr, CLASS_PID)
+    return f"{_JIT}{function}({', '.join(names)}):\n{body}"
+
+
+def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid: str) -> list[str]:
+    """What the dispatch kernel passes for each argument of a class's function (``definition``): the class's table
+    for each tensor, the dispatch kernel's numel (the class's own is read from its table or written in its code),
+    the class's block index and the block size."""
+    tensors = {name for name, _ in kernel.tensor_args_of_table()}
+    signature = definition[len(_JIT):].partition("):\n")[0].partition("(")[2]
+    arguments = []
+    for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
+        if name in tensors:
+            arguments.append(table)
+        elif name in ("xnumel", "XBLOCK"):
+            arguments.append(name)
+        elif name == CLASS_PID:
+            arguments.append(pid)
+        else:
+            raise NotImplementedError(f"a class's kernel takes {name}")
+    return arguments

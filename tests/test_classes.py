@@ -1,0 +1,135 @@
+"""Kernels of different bodies as one kernel of several classes (``ClassesGroup``): what merges, the kernel's text,
+numerics against eager through Triton's interpreter, and the fallbacks."""
+
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import optimus_ir
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.records import recording
+from optimus_ir.scheduler_hooks.horizontal import dispatch, planning
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+
+RULE = "IdenticalKernelsToMemberTableKernel"
+OPS = (torch.tanh, torch.sigmoid, F.gelu, F.silu, lambda x: x.clamp(-0.5, 0.5), torch.relu, lambda x: x * 2 + 1,
+       torch.exp)
+SHAPES = ((64, 96), (33, 256), (128, 40))
+
+
+def eight_bodies(*xs):
+    return [OPS[i % len(OPS)](x) for i, x in enumerate(xs)]
+
+
+def _inputs(count, dtype=torch.float32, grad=False):
+    return [torch.randn(*SHAPES[i % len(SHAPES)], dtype=dtype, requires_grad=grad) for i in range(count)]
+
+
+def _interpreted(fn, inputs):
+    """Compiled with the horizontal pass, its kernels run in Triton's interpreter: (outputs, eager's, records)."""
+    expected = fn(*[x.detach().clone() for x in inputs])
+    torch._dynamo.reset()
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(fn)(*inputs)
+    return actual, expected, [r for r in records if r.rule == RULE]
+
+
+def _class_merges(records):
+    return [r for r in records if r.rule == RULE and r.fired and "bodies → one kernel" in r.detail]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernels_of_eight_bodies_become_one_kernel_of_eight_classes(dtype):
+    inputs = _inputs(24, dtype)
+    report = compile_report(eight_bodies, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    (merge,) = _class_merges(report.rewrites)
+    assert "24 kernels of 8 bodies → one kernel" in merge.detail and len(merge.nodes) == 24
+    (kernel,) = report.kernels
+    assert [f"def class_{k}(" in kernel.source for k in range(8)] == [True] * 8
+    assert "def class_8(" not in kernel.source  # code grows with the classes, not with the members
+    actual, expected, _ = _interpreted(eight_bodies, inputs)
+    tolerance = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def test_a_kernel_no_other_one_shares_a_body_with_is_a_class_of_one():
+    def fn(x, y, z):
+        return torch.tanh(x), torch.sigmoid(y) * 3, F.gelu(z) + 1
+
+    inputs = [torch.randn(100, 64), torch.randn(7, 300), torch.randn(256)]
+    report = compile_report(fn, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    assert "3 kernels of 3 bodies" in _class_merges(report.rewrites)[0].detail
+    actual, expected, _ = _interpreted(fn, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_kernels_that_depend_on_each_other_stay_apart():
+    def fn(x, w):
+        return torch.sigmoid(torch.tanh(x) @ w)
+
+    report = compile_report(fn, [torch.randn(64, 64), torch.randn(64, 64)], passes="horizontal")
+    assert not _class_merges(report.rewrites)
+    assert len(report.launches) == 3  # tanh, the matmul, sigmoid
+
+
+def test_training_step_with_gradients_from_outside_merges_forward_and_backward():
+    inputs = _inputs(16, grad=True)
+    report = compile_report(eight_bodies, inputs, passes="horizontal")
+    forward, backward = report.graphs
+    stock = compile_report(eight_bodies, inputs, passes=None)
+    assert len(forward.launches) == 1
+    assert len(backward.launches) < len(stock.graphs[1].launches)
+    actual, expected, _ = _interpreted(eight_bodies, inputs)
+    grads = [torch.randn_like(out) for out in expected]
+    torch.autograd.backward(actual, grads)
+    reference = [x.detach().clone().requires_grad_() for x in inputs]
+    torch.autograd.backward(eight_bodies(*reference), grads)
+    torch.testing.assert_close([x.grad for x in inputs], [x.grad for x in reference])
+
+
+def test_classes_too_different_in_size_go_to_different_kernels():
+    def unit(i, numels):  # a body of its own each
+        return SimpleNamespace(get_name=lambda i=i: f"op{i}"), [Structure((i,), [], n, []) for n in numels]
+
+    # members start at multiples of one block for every class: 31 classes of 100 one-element members next to a
+    # 4M-element one would launch ~12000 empty blocks and nearly double the work; a few such classes would not
+    many = [unit(0, [2**22])] + [unit(i + 1, [1] * 100) for i in range(31)]
+    few = [unit(0, [2**22])] + [unit(i + 1, [1] * 100) for i in range(3)]
+    with mock.patch.object(planning, "independent", return_value=True):
+        assert [len(s) for s in planning.class_sets(many)] == [31]
+        assert [len(s) for s in planning.class_sets(few)] == [4]
+
+
+def test_an_error_in_the_dispatch_kernel_falls_back_to_stock_kernels():
+    inputs = _inputs(8)
+    with mock.patch.object(dispatch, "dispatch_source", side_effect=RuntimeError("boom")):
+        actual, expected, records = _interpreted(eight_bodies, inputs)
+        report = compile_report(eight_bodies, inputs, passes="horizontal")
+    assert any("internal error in codegen" in r.detail and "boom" in r.detail for r in records)
+    assert len(report.launches) == 8
+    torch.testing.assert_close(actual, expected)
+
+
+def test_gathers_from_tables_of_different_sizes_are_classes_of_their_own_bounds():
+    """The size an index loaded from a tensor is checked against (and wraps negative indices by) is not in the loop
+    body's graph; merged as one body, the kernel checked every member against its representative's table size
+    (GraphSAGE's gathers from node types of 900 and 1500 rows failed the check on the H200)."""
+
+    def fn(*args):
+        tables, ids = args[:4], args[4:]
+        return [table[i] * 2 for table, i in zip(tables, ids)]
+
+    rows = (900, 1500, 900, 1500)
+    inputs = [torch.randn(r, 64) for r in rows] + [torch.randint(-r, r, (4000,)) for r in rows]
+    report = compile_report(fn, inputs, passes="horizontal")
+    (kernel,) = report.kernels
+    assert "tmp4 < 900)" in kernel.source and "tmp4 < 1500)" in kernel.source
+    assert "4 kernels of 2 bodies" in _class_merges(report.rewrites)[0].detail
+    actual, expected, _ = _interpreted(fn, inputs)
+    torch.testing.assert_close(actual, expected)
