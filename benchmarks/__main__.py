@@ -11,7 +11,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "suite": ("benchmarks.suite", "the workload suite (model families, inference and training) under every variant"),
     "storms": ("benchmarks.storms", "N copies of one small op: variants, CUDA graphs, dynamic shapes"),
     "chains": ("benchmarks.chains", "split -> pointwise -> cat chains under every variant"),
-    "real": ("benchmarks.real_models", "transformers and timm models, stock against optimus_ir (--codegen-only: no GPU)"),
+    "real": ("benchmarks.real_models", "real models (hetero GNN, CNNs, MoE, DLRM), inference and training: stock / "
+             "combo / optimus_ir (--codegen-only: no GPU)"),
     "per-call": ("benchmarks.per_call", "time per call of the storms, variants in interleaved rounds, and its floors"),
     "first-call": ("benchmarks.first_call", "cold-compile seconds, stock and optimus_ir alternating, and their phases"),
     "memory": ("benchmarks.memory", "what is allocated at the peak of one call, stock against optimus_ir"),

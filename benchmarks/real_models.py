@@ -1,11 +1,24 @@
-"""optimus_ir on models nobody here wrote: transformers models built from their configs, and timm image models
-(ResNet-50, ConvNeXt-tiny) when timm is installed; random weights, no downloads. With the passes on and off, in
-the same run, each compiled cold: kernels per call, time per call, first call (compile) seconds, peak GPU memory
-of a call, max relative error against eager and against stock Inductor. A variant that fails leaves its error in
-its row, and the script exits 1 after writing the results.
+"""The real-model suite (issue 30): models nobody here wrote, in inference and in a training step, under stock
+Inductor, Inductor with ``combo_kernels=True`` and optimus_ir, in the same run, each compiled cold. The models are
+in ``benchmarks/real_zoo.py``: by default the issue-30 set (a torch_geometric ``to_hetero`` GraphSAGE,
+ShuffleNetV2, Inception-v3, MixNet-S, a tiny Mixtral MoE, the DLRM-style model with 26 tables); ``--set more``: the
+transformers and timm models measured first (BERT, GPT-2, T5 encoder, Llama, ViT, ResNet-50, ConvNeXt-tiny).
+Random weights, no downloads.
 
-    python -m benchmarks real --out benchmarks/results/<date>       # on a GPU
-    python -m benchmarks real --codegen-only                        # anywhere: virtual sm_90 kernel counts
+Inference: a forward under ``no_grad``. Training: one step, the model compiled and the loss outside it, in eager
+(the mean square of each output, summed), then ``backward()``; gradients set to None before each step. The model
+stays in ``eval()`` in both modes (BatchNorm on its running statistics, no dropout), so that eager and every variant
+compute the same function and their gradients compare.
+
+Per row: kernels per call (training: per step, the forward's, the backward's and the eager loss's), ms per call (per
+step), peak MiB of one call above what was allocated before it, first call seconds (the compile, forward and
+backward), max relative error against eager (training: of the outputs and of every parameter's gradient) and
+against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in its row; the script goes
+on and exits 1 after writing the results. A short summary table (three ways per cell) is printed last.
+
+    python -m benchmarks real --out benchmarks/results/<date>/real_suite     # on a GPU
+    python -m benchmarks real --out DIR --only dlrm-26 mixnet-s --modes training   # a part of it
+    python -m benchmarks real --codegen-only [--verbose]                     # anywhere: virtual sm_90 kernels
 
 Any failure or slowdown is a bug to fix, not a row to drop.
 """
@@ -13,19 +26,24 @@ Any failure or slowdown is a bug to fix, not a row to drop.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
+import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map
 
 from benchmarks.measure import (
     VARIANTS,
+    Variant,
     cold_compile,
     cuda_time_ms,
-    graph_replay_ms,
     header,
     kernels_per_call,
     max_rel_error,
@@ -34,145 +52,240 @@ from benchmarks.measure import (
     variant_context,
     write_results,
 )
-from optimus_ir.inspect import compile_report
-from optimus_ir.records import recording
+from benchmarks.real_zoo import SETS, RealModel
+from optimus_ir.inspect import CompileReport, compile_report
+from optimus_ir.records import RewriteRecord, recording
+from optimus_ir.testing.workloads import output_loss
 
-Model = tuple[str, Callable[[], torch.nn.Module], Callable[[], tuple[torch.Tensor, ...]]]
-
-
-def all_models() -> list[Model]:
-    """Every model: name, a builder of a module returning one tensor, a maker of its inputs (on the CPU)."""
-    return _transformers_models() + _timm_models()
-
-
-def _transformers_models() -> list[Model]:
-    import transformers as tf
-
-    def ids(batch: int = 4, length: int = 128, vocab: int = 1000) -> Callable[[], tuple[torch.Tensor, ...]]:
-        return lambda: (torch.randint(0, vocab, (batch, length)),)
-
-    small = dict(num_hidden_layers=2, hidden_size=256, num_attention_heads=4, intermediate_size=1024, vocab_size=1000)
-    return [
-        ("bert", lambda: _LastHidden(tf.BertModel(tf.BertConfig(**small))), ids()),
-        (
-            "gpt2",
-            lambda: _LastHidden(tf.GPT2Model(tf.GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1000))),
-            ids(),
-        ),
-        (
-            "t5-encoder",
-            lambda: _LastHidden(
-                tf.T5EncoderModel(tf.T5Config(num_layers=2, d_model=256, num_heads=4, d_ff=1024, vocab_size=1000))
-            ),
-            ids(),
-        ),
-        (
-            "llama",
-            lambda: _LastHidden(tf.LlamaModel(tf.LlamaConfig(**small, num_key_value_heads=2))),
-            ids(),
-        ),
-        (
-            "vit",
-            lambda: _LastHidden(
-                tf.ViTModel(tf.ViTConfig(**{k: v for k, v in small.items() if k != "vocab_size"}, image_size=64))
-            ),
-            lambda: (torch.randn(4, 3, 64, 64),),
-        ),
-    ]
+MODES = ("inference", "training")
+SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
+COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "peak MiB", "first call s", "max rel err",
+           "vs stock", "rules fired", "rules rejected", "error"]
+#: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
+SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
+           "peak MiB: stock / combo / optimus_ir": "peak MiB"}
+#: calls before the timed ones, and timed calls: few, so that the default run fits in about 8 minutes on one H200
+WARMUP, REPEAT = 3, 20
 
 
-def _timm_models() -> list[Model]:
-    """timm's ResNet-50 and ConvNeXt-tiny (``pretrained=False``) on 8 images of 160 x 160; none when timm is not
-    installed."""
+def select(set_name: str, only: list[str] | None) -> list[RealModel]:
+    """The models named in ``only`` (of any set), else those of ``set_name`` ("all": every set)."""
+    every = [model for models in SETS.values() for model in models]
+    if only:
+        return [model for model in every if model.name in only]
+    return every if set_name == "all" else SETS[set_name]
+
+
+def prepared(model: RealModel, mode: str, device: str) -> tuple[nn.Module, tuple[Any, ...]]:
+    """The module, in ``eval()`` in both modes (no dropout, BatchNorm on running statistics: results compare),
+    with gradients required for training only, and its inputs, on ``device``."""
+    module, inputs = model.build()
+    module = module.eval().requires_grad_(mode == "training").to(device)
+    return module, tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs)
+
+
+def outputs_of(output: Any) -> list[torch.Tensor]:
+    """A model's output as a flat list of tensors: one tensor, a tuple, or a dict (``to_hetero``: one a node type)."""
+    return [x for x in tree_leaves(output) if isinstance(x, torch.Tensor)]
+
+
+def make_call(
+    module: Callable[..., Any], inputs: tuple[Any, ...], mode: str, params: list[nn.Parameter]
+) -> Callable[[], list[torch.Tensor]]:
+    """One call of ``module`` (eager or compiled) returning what the errors compare. Inference: the outputs of a
+    forward under ``no_grad``. Training: a step (gradients set to None, the forward, the loss in eager,
+    ``backward()``): the outputs, then the gradient of each of ``params`` (zeros where there is none)."""
+
+    def infer() -> list[torch.Tensor]:
+        with torch.no_grad():
+            return outputs_of(module(*inputs))
+
+    def step() -> list[torch.Tensor]:
+        drop_grads(params)
+        outputs = outputs_of(module(*inputs))
+        output_loss(outputs).backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        return [output.detach() for output in outputs] + grads
+
+    return infer if mode == "inference" else step
+
+
+def drop_grads(params: list[nn.Parameter]) -> None:
+    """``zero_grad(set_to_none=True)``: each step writes fresh gradients, no accumulation into the last step's."""
+    for param in params:
+        param.grad = None
+
+
+def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, Any]]:
+    """The rows of one model in one mode: eager's result first (the reference), then each variant, compiled cold
+    on the same module. A failure goes in its row (eager's: the case's only row)."""
+    case = {"model": model.name, "mode": mode}
     try:
-        import timm
-    except ImportError:
-        print("timm is not installed: no timm models", file=sys.stderr)
-        return []
-    images = lambda: (torch.randn(8, 3, 160, 160),)  # noqa: E731
-    return [
-        (name, lambda name=name: timm.create_model(name, pretrained=False), images)
-        for name in ("resnet50", "convnext_tiny")
-    ]
-
-
-class _LastHidden(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x).last_hidden_state
-
-
-def codegen_only() -> None:
-    for name, build, inputs in all_models():
-        model = build().eval()
+        module, inputs = prepared(model, mode, "cuda")
+        params = list(module.parameters())
+        expected = make_call(module, inputs, mode, params)()
+    except Exception as error:  # the case's row says why; the other cases go on
+        traceback.print_exc()
+        return [case | {"variant": "eager", "error": _error(error)}]
+    rows: list[dict[str, Any]] = []
+    results: dict[str, list[torch.Tensor]] = {}
+    for variant in SUITE_VARIANTS:
+        row = case | {"variant": variant.name}
         try:
-            with torch.no_grad():
-                stock = compile_report(model, inputs(), passes=None)
-                ours = compile_report(model, inputs())
-        except Exception as error:  # report it, go on with the other models
-            print(f"{name}: {type(error).__name__}: {error}")
-            continue
-        print(f"{name}: launches stock {len(stock.launches)} optimus_ir {len(ours.launches)}")
-        for record in ours.rewrites:
-            print(f"   {record}")
-
-
-def on_gpu(out: Path, only: list[str] | None = None) -> bool:
-    """Measure every model (or those in ``only``) under stock Inductor and optimus_ir; write the results. False if
-    any variant failed."""
-    models = [m for m in all_models() if not only or m[0] in only]
-    rows = [row for name, build, make_inputs in models for row in _measure_model(name, build, make_inputs)]
-    columns = list(dict.fromkeys(column for row in rows for column in row))
-    write_results(out, "real_models", header(" ".join(sys.argv)), rows, columns)
-    return not any("error" in row for row in rows)
-
-
-def _measure_model(
-    name: str, build: Callable[[], torch.nn.Module], make_inputs: Callable[[], tuple[torch.Tensor, ...]]
-) -> list[dict[str, Any]]:
-    """The rows of one model: stock Inductor, then optimus_ir, each compiled cold; a failure goes in its row."""
-    torch.manual_seed(0)
-    model = build().eval().cuda()
-    inputs = tuple(x.cuda() for x in make_inputs())
-    rows, outputs = [], {}
-    with torch.no_grad():
-        expected = model(*inputs)
-        for variant in [v for v in VARIANTS if v.name in ("stock", "optimus_ir")]:
-            row: dict[str, Any] = {"model": name, "variant": variant.name}
-            try:
-                with cold_compile(), variant_context(variant), recording() as records:
-                    compiled = torch.compile(model)
-                    call = lambda: compiled(*inputs)  # noqa: E731
-                    outputs[variant.name], row["first call s"] = timed_first_call(call)
-                    row["kernels/call"] = kernels_per_call(call)
-                    row["ms/call"] = cuda_time_ms(call)
-                    row["peak MiB"] = peak_memory_bytes(call) / 2**20  # before any graph capture, as in suite.py
-                    row["graph replay ms"] = graph_replay_ms(call)  # GPU time: far less host noise than ms/call
-                row["max rel err"] = max_rel_error(outputs[variant.name], expected)
-                row["vs stock"] = max_rel_error(outputs[variant.name], outputs["stock"]) if "stock" in outputs else None
-                row["rules fired"] = sum(r.fired for r in records)
-                row["rules rejected"] = sum(not r.fired for r in records)
-            except Exception as error:  # report it in the row, go on with the other models
-                traceback.print_exc()
-                row["error"] = f"{type(error).__name__}: {error}"[:500]
-            rows.append(row)
-            print(row, flush=True)
+            call = make_call(torch.compile(module), inputs, mode, params)
+            row |= measure_variant(variant, call, params, expected, results)
+        except Exception as error:  # the row says why; the other variants go on
+            traceback.print_exc()
+            row["error"] = _error(error)
+        finally:
+            drop_grads(params)
+            gc.collect()
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"[{time.perf_counter() - start:5.0f} s] {_progress(row)}", flush=True)
     return rows
 
 
+def measure_variant(
+    variant: Variant,
+    call: Callable[[], list[torch.Tensor]],
+    params: list[nn.Parameter],
+    expected: list[torch.Tensor],
+    results: dict[str, list[torch.Tensor]],
+) -> dict[str, Any]:
+    """One variant's measures of ``call`` (a compiled call, not called yet); its first result goes in ``results``.
+    Every call is inside the cold compile, the first one timed: the backward is compiled at its first call too. The
+    peak is measured from no gradient alive (``params``'), as in eager's first step, the same for every variant."""
+    with cold_compile(), variant_context(variant), recording() as records:
+        result, first_call_s = timed_first_call(call)
+        metrics = {"kernels/call": kernels_per_call(call), "ms/call": cuda_time_ms(call, REPEAT, WARMUP)}
+        drop_grads(params)
+        metrics["peak MiB"] = peak_memory_bytes(call) / 2**20
+    results[variant.name] = result
+    return metrics | {
+        "first call s": first_call_s,
+        "max rel err": max_rel_error(result, expected),
+        "vs stock": max_rel_error(result, results["stock"]) if "stock" in results else None,
+        "rules fired": sum(r.fired for r in records),
+        "rules rejected": sum(not r.fired for r in records),
+    }
+
+
+def _error(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:500]
+
+
+def _error_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+
+
+def _progress(row: dict[str, Any]) -> str:
+    label = f"{row['model']}/{row['mode']} {row['variant']}"
+    if "error" in row:
+        return f"{label}: ERROR {row['error'][:200]}"
+    return f"{label}: " + ", ".join(f"{k} {_number(row[k])}" for k in COLUMNS[3:9])
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run(models: list[RealModel], modes: list[str], out: Path) -> bool:
+    """Measure every model in every mode under every variant; write the rows after each case, then the summary.
+    False if any row failed."""
+    start, meta, rows = time.perf_counter(), header(" ".join(sys.argv)), []
+    for model in models:
+        for mode in modes:
+            rows += measure_case(model, mode, start)
+            write_results(out, "real_models", meta, rows, COLUMNS, echo=False)
+    write_results(out, "real_models", meta, rows, COLUMNS)
+    write_results(out, "real_models_summary", meta, summary_rows(rows), ["model/mode", *SUMMARY])
+    failed = [row for row in rows if "error" in row]
+    for row in failed:
+        print(f"FAILED {row['model']}/{row['mode']} {row['variant']}: {row['error'][:150]}")
+    print(f"{len(rows) - len(failed)} of {len(rows)} rows measured in {time.perf_counter() - start:.0f} s")
+    return not failed
+
+
+def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model and mode: kernels, ms and peak MiB of stock / combo_kernels / optimus_ir in one cell
+    each ("error" for a failed variant, "-" for one not measured)."""
+    cases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        cases.setdefault((row["model"], row["mode"]), {})[row["variant"]] = row
+    return [
+        {"model/mode": f"{model}/{mode}"}
+        | {title: " / ".join(_cell(variants.get(v.name), column) for v in SUITE_VARIANTS)
+           for title, column in SUMMARY.items()}
+        for (model, mode), variants in cases.items()
+    ]
+
+
+def _cell(row: dict[str, Any] | None, column: str) -> str:
+    if row is None:
+        return "-"
+    return "error" if "error" in row else _number(row[column])
+
+
+def codegen_only(models: list[RealModel], modes: list[str], verbose: bool) -> bool:
+    """``compile_report`` of each model and mode with CPU inputs, stock Inductor (``passes=None``) and every pass:
+    code for the virtual sm_90 device where there is no GPU, nothing run but one eager call. Prints the launches
+    stock → optimus_ir and the rule decisions counted by rule (every decision with ``verbose``); a failure prints
+    its error line and the next one goes on. False if any failed."""
+    failed = []
+    for model in models:
+        for mode in modes:
+            label, start = f"{model.name}/{mode}", time.perf_counter()
+            try:
+                stock, ours = _reports(model, mode)
+            except Exception as error:  # the line says why; the other models go on
+                failed.append(label)
+                print(f"{label}: FAILED {_error_line(error)}", flush=True)
+                continue
+            print(f"{label}: launches {len(stock.launches)} → {len(ours.launches)} ({len(ours.graphs)} graphs, "
+                  f"{time.perf_counter() - start:.0f} s); {_decisions(ours.rewrites)}", flush=True)
+            for record in ours.rewrites if verbose else []:
+                print(f"    {record}")
+    print(f"failed: {', '.join(failed)}" if failed else "every model and mode reported")
+    return not failed
+
+
+def _reports(model: RealModel, mode: str) -> tuple[CompileReport, CompileReport]:
+    module, inputs = prepared(model, mode, "cpu")
+    with torch.set_grad_enabled(mode == "training"):  # parameters that require grad: a training compile
+        return compile_report(module, inputs, passes=None), compile_report(module, inputs)
+
+
+def _decisions(records: list[RewriteRecord]) -> str:
+    """``fired N (rule n, ...), rejected M (rule m, ...)``."""
+    parts = []
+    for verdict, fired in (("fired", True), ("rejected", False)):
+        by_rule = Counter(r.rule for r in records if r.fired == fired)
+        detail = ", ".join(f"{rule} {n}" for rule, n in by_rule.most_common())
+        parts.append(f"{verdict} {sum(by_rule.values())}" + (f" ({detail})" if detail else ""))
+    return ", ".join(parts)
+
+
 def main() -> None:
+    every = [model.name for models in SETS.values() for model in models]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--codegen-only", action="store_true")
-    parser.add_argument("--only", nargs="*", help="model names (default: all)")
+    parser.add_argument("--out", type=Path, help="results directory (needed unless --codegen-only)")
+    parser.add_argument("--set", choices=[*SETS, "all"], default="issue30", help="which models (default: issue30)")
+    parser.add_argument("--only", nargs="+", choices=every, metavar="NAME",
+                        help=f"these models, of any set, instead of --set: {', '.join(every)}")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--codegen-only", action="store_true",
+                        help="no GPU needed: launches and rule decisions from compile_report, nothing measured")
+    parser.add_argument("--verbose", action="store_true", help="with --codegen-only: every rule decision")
     args = parser.parse_args()
+    models = select(args.set, args.only)
     if args.codegen_only:
-        codegen_only()
-    elif not on_gpu(args.out, args.only):
-        sys.exit(1)
+        sys.exit(0 if codegen_only(models, args.modes, args.verbose) else 1)
+    if args.out is None:
+        parser.error("--out is needed to measure (or --codegen-only)")
+    if not torch.cuda.is_available():
+        parser.error("measuring needs a CUDA GPU; --codegen-only runs anywhere")
+    sys.exit(0 if run(models, args.modes, args.out) else 1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The parts of the benchmarks' runners that need no GPU, on the CPU: the suite's plans and rows, the variants, the
-summary of several runs, the plot, the per-call floor and the member-table write counter. Not run by CI (its
+real-model suite's steps, summary and code-generation report, the summary of several runs, the plot, the per-call
+floor and the member-table write counter. Not run by CI (its
 tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``."""
 
 import argparse
@@ -8,7 +9,8 @@ import json
 import pytest
 import torch
 
-from benchmarks import measure, per_call, suite, summary
+from benchmarks import measure, per_call, real_models, suite, summary
+from benchmarks.real_zoo import RealModel
 from optimus_ir.testing.workloads import WORKLOADS
 
 
@@ -117,6 +119,80 @@ def test_suite_help(capsys):
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     assert "--plan" in help_text and "--only" in help_text and "--budget-s" in help_text
+
+
+def test_real_default_set_is_issue_30s_and_only_picks_from_every_set():
+    assert [m.name for m in real_models.select("issue30", None)] == [
+        "hetero-sage", "shufflenet-v2", "inception-v3", "mixnet-s", "mixtral-moe", "dlrm-26"]
+    assert [m.name for m in real_models.select("issue30", ["bert", "dlrm-26"])] == ["dlrm-26", "bert"]
+    assert len(real_models.select("all", None)) == 13
+
+
+class _TwoHeads(torch.nn.Module):
+    """A dict of outputs, as ``to_hetero``'s, and a parameter no output uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.unused = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2), torch.nn.Linear(1, 1)
+
+    def forward(self, x):
+        return {"a": self.a(x), "b": self.b(x).relu()}
+
+
+def test_real_training_step_gives_the_outputs_and_the_gradients_of_one_step():
+    """Gradients are set to None before each step, so two steps give the same gradients; the loss is each output's
+    mean square, summed over a dict's values; a parameter no output uses gets zeros."""
+    torch.manual_seed(0)
+    model, x = _TwoHeads(), torch.randn(4, 3)
+    params = list(model.parameters())
+    step = real_models.make_call(model, (x,), "training", params)
+    first, second = step(), step()
+    assert len(first) == 2 + len(params) and measure.max_rel_error(first, second) == 0.0
+    loss = model.a(x).square().mean() + model.b(x).relu().square().mean()
+    expected = torch.autograd.grad(loss, params[:4])
+    assert all(torch.allclose(g, e) for g, e in zip(first[2:6], expected)) and not first[-1].any()
+    outputs = real_models.make_call(model, (x,), "inference", params)()
+    assert len(outputs) == 2 and not outputs[0].requires_grad
+
+
+def test_real_summary_has_the_three_variants_in_one_cell():
+    def row(variant, **values):
+        return {"model": "m", "mode": "training", "variant": variant} | values
+
+    rows = [row("stock", **{"kernels/call": 10.0, "ms/call": 1.5, "peak MiB": 2.0}), row("combo_kernels", error="E"),
+            row("optimus_ir", **{"kernels/call": 4.0, "ms/call": 1.25, "peak MiB": 2.0}),
+            {"model": "n", "mode": "inference", "variant": "eager", "error": "ImportError"}]
+    kernels, ms, peak = real_models.SUMMARY
+    assert real_models.summary_rows(rows) == [
+        {"model/mode": "m/training", kernels: "10 / error / 4", ms: "1.5 / error / 1.25", peak: "2 / error / 2"},
+        {"model/mode": "n/inference", kernels: "- / - / -", ms: "- / - / -", peak: "- / - / -"},
+    ]
+
+
+def test_real_run_writes_rows_and_summary_and_fails_on_an_error_row(tmp_path, monkeypatch):
+    measured = {"variant": "stock", "kernels/call": 3.0, "ms/call": 1.0, "peak MiB": 2.0}
+    rows = {"inference": measured, "training": {"variant": "stock", "error": "E"}}
+    monkeypatch.setattr(real_models, "measure_case",
+                        lambda model, mode, start: [{"model": model.name, "mode": mode} | rows[mode]])
+    assert not real_models.run(real_models.select("issue30", ["dlrm-26"]), list(real_models.MODES), tmp_path)
+    assert len(json.loads((tmp_path / "real_models.json").read_text())["rows"]) == 2
+    summary_table = (tmp_path / "real_models_summary.md").read_text()
+    assert "| dlrm-26/inference | 3 / - / - | 1 / - / - | 2 / - / - |" in summary_table
+
+
+def test_real_codegen_only_reports_launches_and_goes_on_past_a_failure(capsys):
+    def linear():
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), (torch.randn(4, 8),)
+
+    def broken():
+        raise ImportError("no such library")
+
+    models = [RealModel("broken", broken), RealModel("linear", linear)]
+    assert not real_models.codegen_only(models, ["inference", "training"], verbose=False)
+    out = capsys.readouterr().out
+    assert "broken/inference: FAILED ImportError: no such library" in out
+    assert "linear/inference: launches " in out and "linear/training: launches " in out
+    assert out.splitlines()[-1] == "failed: broken/inference, broken/training"
 
 
 def test_plot(tmp_path):
