@@ -1,6 +1,7 @@
 """Kernels of different bodies as one kernel of several classes (``ClassesGroup``): what merges, the kernel's text,
 numerics against eager through Triton's interpreter, and the fallbacks."""
 
+import itertools
 from types import SimpleNamespace
 from unittest import mock
 
@@ -132,4 +133,25 @@ def test_gathers_from_tables_of_different_sizes_are_classes_of_their_own_bounds(
     assert "tmp4 < 900)" in kernel.source and "tmp4 < 1500)" in kernel.source
     assert "4 kernels of 2 bodies" in _class_merges(report.rewrites)[0].detail
     actual, expected, _ = _interpreted(fn, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_kernel():
+    from optimus_ir.scheduler_hooks.horizontal import classes
+
+    made = classes.group_kernel
+    calls = itertools.count()
+
+    def fails_for_the_first_class(backend, group, placement=None):
+        if next(calls) % len(OPS) == 0:  # eight classes a compile
+            raise RuntimeError("boom")
+        return made(backend, group, placement)
+
+    inputs = _inputs(8)
+    with mock.patch.object(classes, "group_kernel", fails_for_the_first_class):
+        actual, expected, records = _interpreted(eight_bodies, inputs)
+        report = compile_report(eight_bodies, inputs, passes="horizontal")
+    (failed,) = [r for r in records if "internal error in codegen" in r.detail]
+    assert "boom" in failed.detail and len(failed.nodes) == 1  # the first class: one member
+    assert len(report.launches) == 2  # its stock kernel, and one kernel of the seven other classes
     torch.testing.assert_close(actual, expected)
