@@ -57,7 +57,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     Groups are split, not abandoned, where merging would raise the estimated peak memory, where padding the members
     to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``; they are tried whole first, then
     halved level by level, within ``MAX_ESTIMATED_NODES``. A group whose own inputs and outputs alone are above the
-    peak before is split without an estimate (``memory.live_while_running``). Each decision is in the dump.
+    ceiling of the peak is split without an estimate (``memory.live_while_running``). Then the pointwise kernels
+    left, merged groups and kernels of their own, become one kernel of several bodies where they are independent
+    (:class:`~.classes.ClassesGroup`, one class per body), under the same memory check. Each decision is in the
+    dump.
     """
 
     name = RULE
