@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend
@@ -24,9 +24,10 @@ from optimus_ir.scheduler_hooks.node_graph import independent
 Candidate = tuple[Any, Structure]
 Group = tuple[list[Candidate], bool]
 GroupingPolicy = Callable[[list[list[Candidate]]], list[Group]]
-#: A class of a kernel of several bodies: a node (a merged group, or a kernel of a body no other one here has) and
-#: its members' structures.
+#: A class of a kernel of several bodies, or part of one: a node (a merged group, or a kernel left alone) and its
+#: members' structures.
 ClassUnit = tuple[Any, list[Structure]]
+T = TypeVar("T")
 
 
 def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
@@ -75,15 +76,7 @@ def class_sets(units: list[ClassUnit]) -> list[list[ClassUnit]]:
                 break
         else:
             sets.append([unit])
-    parts: list[list[ClassUnit]] = []
-    for kept in sets:
-        by_size = sorted(kept, key=lambda unit: max(s.numel for s in unit[1]))
-        start = len(parts)
-        for unit in by_size:
-            if len(parts) > start and not _too_padded(_flat(parts[-1] + [unit]), reduction=False):
-                parts[-1].append(unit)
-            else:
-                parts.append([unit])
+    parts = [part for kept in sets for part in _cut_by_padding(kept, False, lambda unit: unit[1])]
     return [part for part in parts if len(part) > 1]
 
 
@@ -92,10 +85,6 @@ def _fits(unit: ClassUnit, kept: list[ClassUnit]) -> bool:
     members = collections.Counter(s.key for _, structures in kept for s in structures)
     members.update(s.key for s in unit[1])
     return max(members.values()) <= MAX_MEMBERS
-
-
-def _flat(units: list[ClassUnit]) -> list[Candidate]:
-    return [(node, structure) for node, structures in units for structure in structures]
 
 
 def _independent_groups(candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
@@ -122,18 +111,26 @@ def _size_classes(group: list[tuple[Any, Structure]], reduction: bool) -> list[l
     Members start at multiples of a block size set by the group's largest member; smallest first, a member
     that would make the group too padded starts the next group.
     """
-    parts: list[list[tuple[Any, Structure]]] = []
-    for candidate in sorted(group, key=lambda c: c[1].numel):
-        if parts and not _too_padded(parts[-1] + [candidate], reduction):
-            parts[-1].append(candidate)
-        else:
-            parts.append([candidate])
+    parts = _cut_by_padding(group, reduction, lambda candidate: [candidate[1]])
     if len(parts) > 1:
         record(
             RULE, False, [m.get_name() for m, _ in group],
             f"sizes too different to pad to whole blocks: split into {len(parts)} groups by size",
         )
     return [p for p in parts if len(p) > 1]
+
+
+def _cut_by_padding(items: list[T], reduction: bool, structures: Callable[[T], list[Structure]]) -> list[list[T]]:
+    """``items`` (candidates, or classes of several members), smallest first, cut where padding every member to the
+    blocks of the largest would cost more than a launch: an item that would make its part too padded starts the
+    next part."""
+    parts: list[list[T]] = []
+    for item in sorted(items, key=lambda item: max(s.numel for s in structures(item))):
+        if parts and not _too_padded([(None, s) for i in [*parts[-1], item] for s in structures(i)], reduction):
+            parts[-1].append(item)
+        else:
+            parts.append([item])
+    return parts
 
 
 def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:
