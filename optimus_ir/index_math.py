@@ -17,6 +17,8 @@ which a rule falls back to stock Inductor:
   the same elements are nested compare equal).
 - :func:`abstract_divisors`: an index with the divisors of its ``FloorDiv``/``ModularIndexing`` as symbols (the
   bias of width 64 and the bias of width 96 are read by one expression, with the width a value of the member).
+- :func:`sectors_per_warp`: how many 32-byte memory sectors a warp touches when its threads take consecutive flat
+  indices (a transpose run over its flat index touches more than a contiguous copy).
 
 Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
 """
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import functools
 
 import sympy
+import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "join_div_mod",
     "piece_containing",
     "piece_starts",
+    "sectors_per_warp",
     "split_constant",
     "tile_strided",
 ]
@@ -347,3 +351,34 @@ def abstract_divisors(expr: sympy.Expr, names: dict[int, sympy.Symbol]) -> sympy
 def divisor_symbol(i: int) -> sympy.Symbol:
     """The symbol :func:`abstract_divisors` gives its ``i``-th value."""
     return sympy.Symbol(f"idivisor{i}", integer=True, positive=True)
+
+
+#: What the memory system moves per access: a sector of 32 bytes; and the threads of a warp, which access together.
+SECTOR_BYTES = 32
+WARP_THREADS = 32
+_INTEGER_FUNCTIONS = {"FloorDiv": lambda a, b: a // b, "ModularIndexing": lambda a, b, c: (a // b) % c}
+
+
+def sectors_per_warp(expr: sympy.Expr, flat: sympy.Symbol, numel: int, itemsize: int, warps: int = 64) -> float | None:
+    """The mean number of ``SECTOR_BYTES`` sectors that a warp whose threads take consecutive values of ``flat``
+    touches through the address ``expr`` (in elements of ``itemsize`` bytes), over ``warps`` warps spread evenly
+    over ``[0, numel)``; None where ``expr`` has other symbols or functions than ``flat``, ``FloorDiv`` and
+    ``ModularIndexing``. A contiguous access touches ``itemsize`` sectors per warp of 32 threads.
+
+    >>> from sympy import Symbol
+    >>> x = Symbol("x", integer=True, nonnegative=True)
+    >>> sectors_per_warp(x + 3, x, 4096, 4), sectors_per_warp(64*ModularIndexing(x, 1, 64) + FloorDiv(x, 64), x, 4096, 4)
+    (5.0, 32.0)
+    """
+    if expr.free_symbols - {flat}:
+        return None
+    try:
+        address = sympy.lambdify(flat, expr, modules=[_INTEGER_FUNCTIONS])
+        step = max(WARP_THREADS, numel // warps // WARP_THREADS * WARP_THREADS)
+        starts = torch.arange(0, max(numel - WARP_THREADS + 1, 1), step, dtype=torch.int64)
+        lanes = starts[:, None] + torch.arange(WARP_THREADS, dtype=torch.int64)[None, :]
+        values = torch.as_tensor(address(lanes), dtype=torch.int64).expand(lanes.shape)
+    except (NameError, TypeError, ValueError, RuntimeError):  # a function it cannot evaluate on integers
+        return None
+    sectors = values * itemsize // SECTOR_BYTES
+    return sum(len(row.unique()) for row in sectors) / len(sectors)

@@ -233,3 +233,19 @@ def test_abstract_divisors_names_a_value_once_and_leaves_coefficients():
     a = index_math.abstract_divisors(index_math.flatten_loops(p0 + 64 * p1, {p0: 64, p1: 32}, x), {})
     b = index_math.abstract_divisors(index_math.flatten_loops(p0 + 128 * p1, {p0: 128, p1: 32}, x), {})
     assert str(a) != str(b)
+
+
+def test_sectors_per_warp_of_contiguous_strided_and_broadcast_accesses():
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    assert index_math.sectors_per_warp(x, x, 4096, 4) == 4  # 32 threads × 4 bytes
+    assert index_math.sectors_per_warp(x, x, 4096, 2) == 2
+    assert index_math.sectors_per_warp(64 * ModularIndexing(x, 1, 64) + FloorDiv(x, 64), x, 4096, 4) == 32
+    assert index_math.sectors_per_warp(FloorDiv(x, 64), x, 4096, 4) == 1  # one row's bias
+    # a conv weight laid out for channels-last over its flat index: 9 taps of 4 channels in a warp
+    weight = ModularIndexing(x, 9, 32) + 32 * ModularIndexing(x, 1, 9) + 288 * FloorDiv(x, 288)
+    assert 9 <= index_math.sectors_per_warp(weight, x, 64 * 288, 4) <= 12
+
+
+def test_sectors_per_warp_is_none_for_other_symbols():
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    assert index_math.sectors_per_warp(x + s0, x, 4096, 4) is None
