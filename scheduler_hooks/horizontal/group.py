@@ -109,7 +109,11 @@ def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacemen
     symbolic = structures[0].numel_expr is not None
     schedule = backend.generate_node_schedule(nodes, numel, rnumel)
     tiling = backend.select_tiling(schedule, numel, rnumel)
-    with _over_flat_index(rep, structures[0], divisors, always=symbolic and not group.reduction):
+    # a pointwise member Inductor tiles in 2-d runs over its flat index (planning weighed what that costs)
+    tiled = not group.reduction and any(p not in ("x", "r0_") and n != 1 for p, n in tiling.items())
+    if tiled:
+        tiling = backend.create_tiling([numel], [rnumel])
+    with _over_flat_index(rep, structures[0], divisors, always=tiled or (symbolic and not group.reduction)):
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
             reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors, placement=placement,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from optimus_ir.records import record
+from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend
 from optimus_ir.scheduler_hooks.horizontal.tuning import (
     MAX_CLASSES,
@@ -31,23 +32,37 @@ T = TypeVar("T")
 
 
 def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
-    """For each class of candidates of one structure (in schedule order): its 1-d and row-reduction kernels, cut
-    into sets with no path between two members, each cut by size where padding to whole blocks costs too much.
+    """For each class of candidates of one structure (in schedule order): its row-reduction kernels, or its
+    pointwise kernels that may run over their flat index (1-d ones; 2-d tiled ones where the cost model says so),
+    cut into sets with no path between two members, each cut by size where padding to whole blocks costs too much.
     Each candidate left out is recorded with the reason."""
     groups: list[Group] = []
     for candidates in classes:
         if len(candidates) < 2:
             continue
-        names = [node.get_name() for node, _ in candidates]
         largest = max(candidates, key=lambda c: c[1].numel)[0]
-        prefixes = tiling_prefixes(triton_backend(candidates[0][0]), largest)
-        if prefixes not in (("x",), ("x", "r0_")):
-            record(RULE, False, names, f"tiling {prefixes}: only 1-d (x) and row-reduction (x, r0_) kernels")
-            continue
+        prefixes = tiling_prefixes(triton_backend(largest), largest)
         reduction = prefixes == ("x", "r0_")
+        if not reduction:
+            candidates = _runnable_flat(prefixes, candidates)
         for group in _independent_groups(candidates):
             groups.extend((part, reduction) for part in _size_classes(group, reduction))
     return groups
+
+
+def _runnable_flat(prefixes: tuple[str, ...], candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates a merged kernel may run over their flat index, where Inductor tiles the largest by
+    ``prefixes`` (:func:`.cost.flat_run_refusal`); each other one is recorded with the reason."""
+    runnable, refused = [], {}
+    for node, structure in candidates:
+        why = flat_run_refusal(prefixes, node, structure)
+        if why is None:
+            runnable.append((node, structure))
+        else:
+            refused.setdefault(why, []).append(node.get_name())
+    for why, names in refused.items():
+        record(RULE, False, names, why)
+    return runnable
 
 
 _policy: GroupingPolicy = default_grouping

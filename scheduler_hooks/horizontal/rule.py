@@ -30,6 +30,7 @@ from optimus_ir import graph_state
 from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
+from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
 from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_once
 from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class_sets, try_groups
@@ -124,22 +125,27 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
     """In schedule order, the nodes that can be a class of a kernel of several bodies: pointwise merged groups,
-    and pointwise candidates left alone, 1-d, of static sizes, that update nothing in place, read no 0-d CPU
-    tensor (passed by value, where a class takes only its table) and no buffer their structure does not name (one
-    read through another's mutation)."""
-    units = []
+    and pointwise candidates left alone that may run over their flat index (:func:`.cost.flat_run_refusal`), of
+    static sizes, that update nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only
+    its table) and no buffer their structure does not name (one read through another's mutation)."""
+    units, refused = [], {}
     for node in nodes:
         if isinstance(node, MemberTableGroup) and not node.reduction:
             structures = node.structures
-        elif (
-            id(node) in candidates and tiling_prefixes(triton_backend(node), node) == ("x",)
-            and node.used_buffer_names() <= set(candidates[id(node)].slots)
-        ):
+        elif id(node) in candidates and node.used_buffer_names() <= set(candidates[id(node)].slots):
+            prefixes = tiling_prefixes(triton_backend(node), node)
+            why = flat_run_refusal(prefixes, node, candidates[id(node)])
+            if why is not None:
+                if "r0_" not in prefixes:  # (reductions are no classes: nothing to say)
+                    refused.setdefault(why, []).append(node.get_name())
+                continue
             structures = [candidates[id(node)]]
         else:
             continue
         if all(s.numel_expr is None and not s.updates_in_place and not s.key[-1] for s in structures):
             units.append((node, structures))
+    for why, names in refused.items():
+        record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
     return units
 
 

@@ -47,7 +47,7 @@ _ADDRESSING_OPS = ("load", "store", "store_reduction")
 FLAT_INDEX = sympy.Symbol("x_flat", integer=True, nonnegative=True)
 
 
-def _addressed_buffers(blocks: list[Any]) -> dict[str, set[str] | None]:
+def addressed_buffers(blocks: list[Any]) -> dict[str, set[str] | None]:
     """For each index name of a loop body, the buffers it addresses; None if it is also used as a value."""
     addressed: dict[str, set[str] | None] = {}
     for block in blocks:
@@ -204,7 +204,7 @@ class _Tracer:
         """Each index of ``snode`` without the constant it adds to the buffer it addresses, and that constant; a
         pointwise kernel's as functions of the flat index it runs over, not of its shape."""
         body = snode._body
-        addressed = _addressed_buffers(blocks)
+        addressed = addressed_buffers(blocks)
         flat = not snode.is_reduction()
         exprs = {}
         if self.abstract:

@@ -36,10 +36,10 @@ def _inputs(dtype, grad=False):
     ]
 
 
-def _measure(passes, inputs, step):
+def _measure(passes, inputs, step, fn=eight_bodies):
     """Kernels per call, the outputs (and input gradients) of one call, and its peak bytes, compiled cold."""
     with cold_compile(), optimus_ir.enabled(passes):
-        compiled = torch.compile(eight_bodies)
+        compiled = torch.compile(fn)
         call = lambda: step(compiled)  # noqa: E731
         for _ in range(WARM_CALLS):
             call()
@@ -80,4 +80,22 @@ def test_training_step_merges_the_backward_and_computes_eagers_gradients_within_
     kernels, actual, peak = _measure("all", inputs, lambda f: _train(f, inputs, grads))
     assert kernels < stock_kernels / 2
     torch.testing.assert_close(actual, expected)
+    assert peak <= stock_peak * (1 + DEFAULT_PEAK_TOLERANCE)
+
+
+def channels_last(*ws):
+    return [torch.relu(w).contiguous(memory_format=torch.channels_last) for w in ws]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_conv_weights_laid_out_for_channels_last_run_over_their_flat_index_in_one_kernel(dtype):
+    shapes = [(64, 32, 3, 3), (192, 64, 3, 3), (48, 16, 5, 5), (384, 384, 3, 3), (64, 48, 1, 7), (24, 8, 7, 1)]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    inputs = [torch.randn(shape, device="cuda", dtype=dtype, generator=generator) for shape in shapes * 4]
+    expected = _infer(channels_last, inputs)
+    stock_kernels, _, stock_peak = _measure(None, inputs, lambda f: _infer(f, inputs), channels_last)
+    kernels, actual, peak = _measure("all", inputs, lambda f: _infer(f, inputs), channels_last)
+    assert kernels == 1 < stock_kernels
+    torch.testing.assert_close(actual, expected)
+    assert all(a.is_contiguous(memory_format=torch.channels_last) for a in actual)
     assert peak <= stock_peak * (1 + DEFAULT_PEAK_TOLERANCE)

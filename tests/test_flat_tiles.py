@@ -1,0 +1,75 @@
+"""Kernels Inductor tiles in 2-d (transposes, conv weights laid out for channels-last) merged by running them over
+their flat index, where the cost model says the launch saved is worth more than the strided side's extra sectors
+(``scheduler_hooks/horizontal/cost.py``): what merges, what stays stock and why, numerics through Triton's
+interpreter."""
+
+import torch
+
+import optimus_ir
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.scheduler_hooks.horizontal import cost
+
+RULE = "IdenticalKernelsToMemberTableKernel"
+
+
+def transposes(*xs):
+    return [(x.t() * 2).contiguous() for x in xs]
+
+
+def channels_last(*ws):
+    return [torch.relu(w).contiguous(memory_format=torch.channels_last) for w in ws]
+
+
+def _interpreted(fn, inputs):
+    expected = fn(*inputs)
+    torch._dynamo.reset()
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter():
+        actual = torch.compile(fn)(*inputs)
+    return actual, expected
+
+
+def _refusals(report):
+    return [r for r in report.rewrites if r.rule == RULE and not r.fired and "tiling ('y', 'x')" in r.detail]
+
+
+def test_small_transposes_of_three_sizes_become_one_kernel_over_their_flat_index():
+    inputs = [torch.randn(64 + 8 * (i % 3), 96) for i in range(32)]
+    stock = compile_report(transposes, inputs, passes=None)
+    report = compile_report(transposes, inputs, passes="horizontal")
+    assert len(stock.launches) == 32 and "YBLOCK" in stock.kernels[0].source
+    assert len(report.launches) == 1 and not _refusals(report)
+    (kernel,) = report.kernels
+    assert "YBLOCK" not in kernel.source and "xmember" in kernel.source
+    actual, expected = _interpreted(transposes, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_conv_weights_of_several_shapes_laid_out_for_channels_last_become_one_kernel():
+    shapes = [(64, 32, 3, 3), (96, 64, 3, 3), (48, 16, 5, 5), (32, 32, 3, 3), (64, 48, 1, 7), (24, 8, 7, 1)]
+    inputs = [torch.randn(shape) for shape in shapes]
+    report = compile_report(channels_last, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    actual, expected = _interpreted(channels_last, inputs)
+    torch.testing.assert_close(actual, expected)
+    assert all(a.is_contiguous(memory_format=torch.channels_last) for a in actual)
+
+
+def test_a_transpose_whose_flat_run_costs_more_than_a_launch_keeps_its_2d_kernel():
+    inputs = [torch.randn(64, 96) for _ in range(4)] + [torch.randn(2048, 2048)]
+    report = compile_report(transposes, inputs, passes="horizontal")
+    (refusal,) = _refusals(report)
+    assert len(refusal.nodes) == 1 and refusal.detail.startswith("no class of a kernel of several bodies")
+    assert "more than the launch a merge saves" in refusal.detail
+    assert len(report.launches) == 2  # the four small ones as one, the large one in 2-d tiles
+    large = [k for k in report.kernels if "YBLOCK" in k.source]
+    assert len(large) == 1
+
+
+def test_the_cost_of_a_flat_run_grows_with_the_transposes_size():
+    model = {}
+    for n in (64, 512, 2048):
+        report = compile_report(transposes, [torch.randn(n, n), torch.randn(n, n)], passes="horizontal")
+        model[n] = _refusals(report)
+    assert not model[64] and not model[512] and model[2048]
+    assert cost.LAUNCH_US > 0 and cost.EXTRA_SECTOR_BYTES_PER_US > 0
