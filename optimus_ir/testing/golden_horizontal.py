@@ -51,6 +51,10 @@ def layer_norm_each(*args):
     return [F.layer_norm(x, x.shape[-1:], w, b) for x, w, b in zip(xs, weights, biases)]
 
 
+def channels_last_relu_each(*ws):
+    return [torch.relu(w).contiguous(memory_format=torch.channels_last) for w in ws]
+
+
 def sgd_momentum_each(*args):
     # SGD with momentum, one parameter at a time (foreach=False): in-place updates of weights of different shapes
     n = len(args) // 3
@@ -130,6 +134,13 @@ HORIZONTAL_CASES = [
         "horizontal_4_bodies_training", four_bodies_each,
         _tensors(*[_THREE_SHAPES[i % 3] for i in range(12)], grad=True), 24, 3,
         ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+    ),
+    Case(
+        # conv weights of six shapes laid out for channels-last: Inductor tiles each in 2-d; small, they run over
+        # their flat index in one kernel of five classes (64 and 96 x 32 x 3 x 3 are one body, ragged)
+        "horizontal_channels_last_weights", channels_last_relu_each,
+        _tensors((64, 32, 3, 3), (96, 32, 3, 3), (48, 16, 5, 5), (64, 48, 1, 7), (32, 64, 3, 3), (24, 8, 7, 1)),
+        6, 1, ("IdenticalKernelsToMemberTableKernel",),
     ),
     Case(
         # backward: each member reads its saved tanh output, which the forward returns (not donated), and
