@@ -31,7 +31,7 @@ import functools
 
 import sympy
 import torch
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv, Identity, ModularIndexing
 
 __all__ = [
     "abstract_divisors",
@@ -372,6 +372,7 @@ def sectors_per_warp(expr: sympy.Expr, flat: sympy.Symbol, numel: int, itemsize:
     """
     if expr.free_symbols - {flat}:
         return None
+    expr = expr.replace(Identity, lambda arg: arg)  # (Inductor's guard against simplification prints as "I")
     try:
         address = sympy.lambdify(flat, expr, modules=[_INTEGER_FUNCTIONS])
         step = max(WARP_THREADS, numel // warps // WARP_THREADS * WARP_THREADS)

@@ -246,6 +246,14 @@ def test_sectors_per_warp_of_contiguous_strided_and_broadcast_accesses():
     assert 9 <= index_math.sectors_per_warp(weight, x, 64 * 288, 4) <= 12
 
 
+def test_sectors_per_warp_sees_through_inductors_identity():
+    from torch.utils._sympy.functions import Identity
+
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    expr = Identity(ModularIndexing(x, 1, 240)) + 120 * FloorDiv(x, 240)  # a cat input's index in MixNet-S
+    assert 4 <= index_math.sectors_per_warp(expr, x, 4096, 4) <= 5
+
+
 def test_sectors_per_warp_is_none_for_other_symbols():
     x = sympy.Symbol("x", integer=True, nonnegative=True)
     assert index_math.sectors_per_warp(x + s0, x, 4096, 4) is None
