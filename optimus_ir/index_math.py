@@ -20,7 +20,8 @@ which a rule falls back to stock Inductor:
 - :func:`sectors_per_warp`: how many 32-byte memory sectors a warp touches when its threads take consecutive flat
   indices (a transpose run over its flat index touches more than a contiguous copy).
 
-Everything is pure sympy plus Inductor's integer functions; nothing here needs a graph, so it is unit tested alone.
+Everything is sympy plus Inductor's integer functions (``sectors_per_warp`` evaluates an index on a tensor of flat
+indices); nothing here needs a graph, so it is unit tested alone.
 """
 
 from __future__ import annotations

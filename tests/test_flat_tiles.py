@@ -8,6 +8,7 @@ import torch
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.records import recording
 from optimus_ir.scheduler_hooks.horizontal import cost
 
 RULE = "IdenticalKernelsToMemberTableKernel"
@@ -73,3 +74,17 @@ def test_the_cost_of_a_flat_run_grows_with_the_transposes_size():
         model[n] = _refusals(report)
     assert not model[64] and not model[512] and model[2048]
     assert cost.LAUNCH_US > 0 and cost.EXTRA_SECTOR_BYTES_PER_US > 0
+
+
+def test_transposes_of_symbolic_sizes_stay_stock_with_the_reason():
+    """Dynamic shapes leave size symbols in the flat indices: their sectors are not known, so the model cannot weigh
+    a flat run, and the kernels stay Inductor's 2-d ones."""
+    inputs = [torch.randn(48 + 8 * i, 96) for i in range(4)]
+    expected = transposes(*inputs)
+    torch._dynamo.reset()
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(transposes, dynamic=True)(*inputs)
+    torch.testing.assert_close(actual, expected)
+    assert not [r for r in records if r.rule == RULE and r.fired]
+    (refusal,) = [r for r in records if "not known" in r.detail]
+    assert refusal.nodes == ("op0", "op1", "op2", "op3")

@@ -25,8 +25,9 @@ EXTRA_SECTOR_BYTES_PER_US = 2.0e6
 
 def flat_run_refusal(prefixes: tuple[str, ...], node: Any, structure: Structure) -> str | None:
     """None where a merged kernel may run pointwise ``node``, which Inductor tiles by ``prefixes``
-    (``structure.tiling_prefixes``), over its flat index: Inductor's kernel does too (1-d tiling), or it tiles in 2-d
-    and the flat run's extra sectors cost less than ``LAUNCH_US``; else why not."""
+    (:func:`.structure.tiling_prefixes`), over its flat index: Inductor's kernel does too (1-d tiling), or it tiles
+    in 2-d and the flat run's extra sectors cost less than ``LAUNCH_US``; else why not. Symbolic sizes leave symbols
+    in the indices, whose sectors are then not known: refused."""
     if prefixes == ("x",):
         return None
     if "r0_" in prefixes:
