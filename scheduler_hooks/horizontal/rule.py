@@ -20,6 +20,7 @@ for many members, outputs over saved tensors), :mod:`.group` (the merged node an
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from torch._inductor.scheduler import FusedMixOrderReductions
@@ -129,6 +130,7 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
     static sizes, that update nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only
     its table) and no buffer their structure does not name (one read through another's mutation)."""
     units, refused = [], {}
+    planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
         if isinstance(node, MemberTableGroup) and not node.reduction:
             structures = node.structures
@@ -136,7 +138,7 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
             prefixes = tiling_prefixes(triton_backend(node), node)
             why = flat_run_refusal(prefixes, node, candidates[id(node)])
             if why is not None:
-                if "r0_" not in prefixes:  # (reductions are no classes: nothing to say)
+                if "r0_" not in prefixes and planned[candidates[id(node)].key] == 1:  # (reductions: no classes)
                     refused.setdefault(why, []).append(node.get_name())
                 continue
             structures = [candidates[id(node)]]
