@@ -1,7 +1,8 @@
 """The models of ``python -m benchmarks real``, built from their libraries' configs, random weights, no downloads.
 
-Two sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
-GNN, CNNs with channel splits and parallel branches, an MoE transformer, the DLRM-style model. ``more``: the
+Three sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
+GNN, CNNs with channel splits and parallel branches, an MoE transformer, the DLRM-style model. ``issue33``: the
+split → layer norm → tanh → cat case at 48 pieces x 4 layers, 96 x 8 and 192 x 16. ``more``: the
 transformers and timm models measured first, on which optimus_ir's kernels were stock's. torchvision, timm,
 transformers and torch_geometric are imported by the builders only: they are no dependencies of optimus_ir, and a
 missing one fails the rows of its models, not the run.
@@ -178,6 +179,32 @@ class _LastHidden(nn.Module):
         return self.model(x).last_hidden_state
 
 
+# ----------------------------------------------------------------------------------------------- issue 33
+
+
+class SplitLayerNormTanhCat(nn.Module):
+    """The scale case of issue 33 (the Optimus write-up's pattern): per layer, split the features into pieces of
+    ``width``, layer-norm each piece with its own weight and bias, tanh, cat back; ``layers`` layers."""
+
+    def __init__(self, pieces: int, layers: int, width: int = 32) -> None:
+        super().__init__()
+        self.width, self.layers = width, layers
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(pieces * layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norms = iter(self.norms)
+        for _ in range(self.layers):
+            x = torch.cat([torch.tanh(next(norms)(piece)) for piece in x.split(self.width, dim=1)], dim=1)
+        return x
+
+
+def _seed(pieces: int, layers: int) -> Callable[[], Built]:
+    def make() -> Built:
+        return SplitLayerNormTanhCat(pieces, layers), (torch.randn(256, pieces * 32),)
+
+    return make
+
+
 SETS: dict[str, list[RealModel]] = {
     "issue30": [
         RealModel("hetero-sage", _hetero_sage),
@@ -187,6 +214,7 @@ SETS: dict[str, list[RealModel]] = {
         RealModel("mixtral-moe", _mixtral),
         RealModel("dlrm-26", _dlrm),
     ],
+    "issue33": [RealModel(f"seed-{p}x{n}", _seed(p, n)) for p, n in ((48, 4), (96, 8), (192, 16))],
     "more": [
         RealModel("bert", _bert),
         RealModel("gpt2", _gpt2),
