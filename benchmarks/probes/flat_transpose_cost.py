@@ -6,13 +6,14 @@ sectors cost less than the launch it saves).
 
 Each case is compiled twice, by stock Inductor (2-d tiles) and with ``triton.max_tiles = 1`` (one flat index, as a
 merged kernel runs it); device time per call from ``triton.testing.do_bench``. The extra sectors are the model's
-(``index_math.sectors_per_warp`` of the strided side's index over the flat index); the rate is those bytes over the
+(``cost.extra_sector_bytes`` of the strided side's index over the flat index); the rate is those bytes over the
 measured difference, for the cases whose difference is above 2 µs.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -23,8 +24,9 @@ import triton.testing
 
 from benchmarks.measure import header, write_results
 from optimus_ir import index_math
+from optimus_ir.scheduler_hooks.horizontal import cost
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX
 
-FLAT = sympy.Symbol("x_flat", integer=True, nonnegative=True)
 #: (name, shape, what a call computes, the strided side's index over the loop variables of that shape)
 CASES = [
     *[(f"t {n}x{n}", (n, n), lambda x: (x.t() * 2).contiguous(), lambda p, s: p[1] * s[0] + p[0])
@@ -37,15 +39,10 @@ CASES = [
 
 
 def extra_bytes(shape: tuple[int, ...], strided: object, itemsize: int) -> float:
-    """The model's extra bytes of a flat run: the strided side's sectors beyond a contiguous access's, per warp."""
+    """The model's extra bytes of a flat run: the strided side's sectors beyond a contiguous access's."""
     loops = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(shape))]
-    expr = index_math.flatten_loops(strided(loops, shape), dict(zip(loops, shape)), FLAT)
-    numel = 1
-    for n in shape:
-        numel *= n
-    sectors = index_math.sectors_per_warp(expr, FLAT, numel, itemsize)
-    contiguous = itemsize * index_math.WARP_THREADS / index_math.SECTOR_BYTES
-    return max(0.0, sectors - contiguous - 1) * index_math.SECTOR_BYTES * numel / index_math.WARP_THREADS
+    expr = index_math.flatten_loops(strided(loops, shape), dict(zip(loops, shape)), FLAT_INDEX)
+    return cost.extra_sector_bytes(expr, math.prod(shape), itemsize)
 
 
 def device_us(fn, x) -> float:

@@ -47,17 +47,27 @@ def flat_extra_us(node: Any, structure: Structure) -> float | None:
     """The estimated time a kernel running pointwise ``node`` over its flat index spends on sectors beyond those of
     contiguous accesses (which 2-d tiles make of a transpose's both sides); None where an index is not known."""
     values = {index_math.divisor_symbol(i): value for i, value in enumerate(structure.divisors)}
-    warps = -(-structure.numel // index_math.WARP_THREADS)
-    extra_sectors = 0.0
+    extra = 0.0
     for snode, indices in zip(node.get_nodes(), structure.flat_indices, strict=True):
         body = snode._body
         addressed = addressed_buffers([body.root_block, *body.subblocks.values()])
         for name, expr in indices.items():
             for buffer in addressed.get(name) or ():
                 itemsize = V.graph.get_dtype(buffer).itemsize
-                sectors = index_math.sectors_per_warp(expr.xreplace(values), FLAT_INDEX, structure.numel, itemsize)
-                if sectors is None:
+                bytes_ = extra_sector_bytes(expr.xreplace(values), structure.numel, itemsize)
+                if bytes_ is None:
                     return None
-                contiguous = itemsize * index_math.WARP_THREADS / index_math.SECTOR_BYTES
-                extra_sectors += max(0.0, sectors - contiguous - 1)  # (one more where it starts mid-sector)
-    return extra_sectors * index_math.SECTOR_BYTES * warps / EXTRA_SECTOR_BYTES_PER_US
+                extra += bytes_
+    return extra / EXTRA_SECTOR_BYTES_PER_US
+
+
+def extra_sector_bytes(expr: Any, numel: int, itemsize: int) -> float | None:
+    """The bytes of the sectors that warps running over ``FLAT_INDEX`` in ``[0, numel)`` touch through the address
+    ``expr`` (elements of ``itemsize`` bytes) beyond those of a contiguous access (and one more sector a warp, where
+    it starts mid-sector); None where the sectors are not known (:func:`index_math.sectors_per_warp`)."""
+    sectors = index_math.sectors_per_warp(expr, FLAT_INDEX, numel, itemsize)
+    if sectors is None:
+        return None
+    contiguous = itemsize * index_math.WARP_THREADS / index_math.SECTOR_BYTES
+    warps = -(-numel // index_math.WARP_THREADS)
+    return max(0.0, sectors - contiguous - 1) * index_math.SECTOR_BYTES * warps
