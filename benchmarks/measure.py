@@ -27,6 +27,7 @@ from optimus_ir.testing.measure import (  # noqa: F401  (the benchmarks import t
     COLD_COMPILE_CONFIG,
     cold_compile,
     cuda_events,
+    kernel_ms_per_call,
     kernels_per_call,
     max_rel_error,
     peak_memory_bytes,

@@ -5,6 +5,7 @@ moment the memory allocated during the call peaked, and the blocks alive then ar
 compiled code (wrapper or eager) that allocated them.
 
     python -m benchmarks memory --out DIR tanh_storm/small/fp32/training [more cases]
+    python -m benchmarks memory --out DIR seed-48x4/training       # a model of the real suite, and its mode
 
 Writes peak_trace.md.
 """
@@ -15,11 +16,13 @@ import argparse
 import collections
 import linecache
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks import real_models
 from benchmarks.measure import VARIANTS, cold_compile, header, peak_memory_bytes, variant_context
 from benchmarks.suite import parse_case, prepare
 
@@ -69,24 +72,42 @@ def alive_at_peak(call: Any) -> tuple[int, int, int, list[tuple[int, str]]]:
     return peak, best, best_freed, sorted(best_live, reverse=True)
 
 
+def traced_case(text: str) -> tuple[str, Callable[[bool], Callable[[], Any]]]:
+    """``"model/mode"`` of the real suite, or a suite case: its label, and what makes its call (compiled or not)."""
+    name, _, mode = text.partition("/")
+    models = real_models.select("all", [name])
+    if not models or mode not in real_models.MODES:
+        case = parse_case(text)
+        return case.label, lambda compiled: prepare(case, compiled)[0]
+
+    def make(compiled: bool) -> Callable[[], Any]:
+        module, inputs = real_models.prepared(models[0], mode, "cuda")
+        # a training step sets the gradients to None first: its peak counts from none alive, as the suite's
+        return real_models.make_call(torch.compile(module) if compiled else module, inputs, mode,
+                                     list(module.parameters()))
+
+    return text, make
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("cases", nargs="+", type=parse_case, help="workload/size/dtype/mode")
+    parser.add_argument("cases", nargs="+", type=traced_case,
+                        help="workload/size/dtype/mode of the suite, or model/mode of the real suite")
     args = parser.parse_args()
     lines = ["# peak_trace\n", *(f"- {key}: `{value}`" for key, value in header(" ".join(sys.argv)).items()), ""]
-    for case in args.cases:
+    for label, make in args.cases:
         for variant in [v for v in VARIANTS if v.name in ("stock", "optimus_ir")]:
             torch._dynamo.reset()
             with cold_compile(), variant_context(variant):
-                call, _, _ = prepare(case, variant.compile)
+                call = make(variant.compile)
                 for _ in range(WARMUP):
                     call()
                 peak, traced, freed, alive = alive_at_peak(call)
             grouped = collections.Counter()
             for size, where in alive:
                 grouped[(size, where)] += 1
-            lines.append(f"## {case.label}, {variant.name}\n\npeak {peak} bytes above the call's start ({traced} from "
+            lines.append(f"## {label}, {variant.name}\n\npeak {peak} bytes above the call's start ({traced} from "
                          f"the trace); at that peak the call had freed {freed} bytes allocated before it, and "
                          f"{len(alive)} blocks it allocated were alive, {sum(s for s, _ in alive)} bytes:\n")
             lines.extend(f"- {count} × {size} bytes: {where}" for (size, where), count in grouped.most_common())

@@ -12,9 +12,10 @@ stays in ``eval()`` in both modes (BatchNorm on its running statistics, no dropo
 compute the same function and their gradients compare.
 
 Per row: kernels per call (training: per step, the forward's, the backward's and the eager loss's), ms per call (per
-step), peak MiB of one call above what was allocated before it, first call seconds (the compile, forward and
-backward), max relative error against eager (training: of the outputs and of every parameter's gradient) and
-against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in its row; the script goes
+step; CUDA events around each call, the host's launches in), GPU ms per call (the kernels' profiled durations
+summed: the device's part alone), peak MiB of one call above what was allocated before it, first call seconds (the
+compile, forward and backward), max relative error against eager (training: of the outputs and of every
+parameter's gradient) and against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in its row; the script goes
 on and exits 1 after writing the results. A short summary table (three ways per cell) is printed last.
 
     python -m benchmarks real --out benchmarks/results/<date>/real_suite     # on a GPU
@@ -46,6 +47,7 @@ from benchmarks.measure import (
     cold_compile,
     cuda_time_ms,
     header,
+    kernel_ms_per_call,
     kernels_per_call,
     max_rel_error,
     peak_memory_bytes,
@@ -60,11 +62,11 @@ from optimus_ir.testing.workloads import output_loss
 
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
-COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "peak MiB", "first call s", "max rel err",
+COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "GPU ms/call", "peak MiB", "first call s", "max rel err",
            "vs stock", "rules fired", "rules rejected", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
-           "peak MiB: stock / combo / optimus_ir": "peak MiB"}
+           "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}
 #: calls before the timed ones, and timed calls: few, so that the default run fits in about 8 minutes on one H200
 WARMUP, REPEAT = 3, 20
 
@@ -159,7 +161,8 @@ def measure_variant(
     peak is measured from no gradient alive (``params``'), as in eager's first step, the same for every variant."""
     with cold_compile(), variant_context(variant), recording() as records:
         result, first_call_s = timed_first_call(call)
-        metrics = {"kernels/call": kernels_per_call(call), "ms/call": cuda_time_ms(call, REPEAT, WARMUP)}
+        metrics = {"kernels/call": kernels_per_call(call), "ms/call": cuda_time_ms(call, REPEAT, WARMUP),
+                   "GPU ms/call": kernel_ms_per_call(call)}
         drop_grads(params)
         metrics["peak MiB"] = peak_memory_bytes(call) / 2**20
     results[variant.name] = result
@@ -184,7 +187,7 @@ def _progress(row: dict[str, Any]) -> str:
     label = f"{row['model']}/{row['mode']} {row['variant']}"
     if "error" in row:
         return f"{label}: ERROR {row['error'][:200]}"
-    return f"{label}: " + ", ".join(f"{k} {_number(row[k])}" for k in COLUMNS[3:9])
+    return f"{label}: " + ", ".join(f"{k} {_number(row[k])}" for k in COLUMNS[3:10])
 
 
 def _number(value: Any) -> str:

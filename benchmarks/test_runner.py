@@ -160,25 +160,28 @@ def test_real_summary_has_the_three_variants_in_one_cell():
     def row(variant, **values):
         return {"model": "m", "mode": "training", "variant": variant} | values
 
-    rows = [row("stock", **{"kernels/call": 10.0, "ms/call": 1.5, "peak MiB": 2.0}), row("combo_kernels", error="E"),
-            row("optimus_ir", **{"kernels/call": 4.0, "ms/call": 1.25, "peak MiB": 2.0}),
+    rows = [row("stock", **{"kernels/call": 10.0, "ms/call": 1.5, "GPU ms/call": 0.5, "peak MiB": 2.0}),
+            row("combo_kernels", error="E"),
+            row("optimus_ir", **{"kernels/call": 4.0, "ms/call": 1.25, "GPU ms/call": 0.25, "peak MiB": 2.0}),
             {"model": "n", "mode": "inference", "variant": "eager", "error": "ImportError"}]
-    kernels, ms, peak = real_models.SUMMARY
+    kernels, ms, gpu_ms, peak = real_models.SUMMARY
     assert real_models.summary_rows(rows) == [
-        {"model/mode": "m/training", kernels: "10 / error / 4", ms: "1.5 / error / 1.25", peak: "2 / error / 2"},
-        {"model/mode": "n/inference", kernels: "- / - / -", ms: "- / - / -", peak: "- / - / -"},
+        {"model/mode": "m/training", kernels: "10 / error / 4", ms: "1.5 / error / 1.25",
+         gpu_ms: "0.5 / error / 0.25", peak: "2 / error / 2"},
+        {"model/mode": "n/inference", kernels: "- / - / -", ms: "- / - / -", gpu_ms: "- / - / -",
+         peak: "- / - / -"},
     ]
 
 
 def test_real_run_writes_rows_and_summary_and_fails_on_an_error_row(tmp_path, monkeypatch):
-    measured = {"variant": "stock", "kernels/call": 3.0, "ms/call": 1.0, "peak MiB": 2.0}
+    measured = {"variant": "stock", "kernels/call": 3.0, "ms/call": 1.0, "GPU ms/call": 0.5, "peak MiB": 2.0}
     rows = {"inference": measured, "training": {"variant": "stock", "error": "E"}}
     monkeypatch.setattr(real_models, "measure_case",
                         lambda model, mode, start: [{"model": model.name, "mode": mode} | rows[mode]])
     assert not real_models.run(real_models.select("issue30", ["dlrm-26"]), list(real_models.MODES), tmp_path)
     assert len(json.loads((tmp_path / "real_models.json").read_text())["rows"]) == 2
     summary_table = (tmp_path / "real_models_summary.md").read_text()
-    assert "| dlrm-26/inference | 3 / - / - | 1 / - / - | 2 / - / - |" in summary_table
+    assert "| dlrm-26/inference | 3 / - / - | 1 / - / - | 0.5 / - / - | 2 / - / - |" in summary_table
 
 
 def test_real_codegen_only_reports_launches_and_goes_on_past_a_failure(capsys):

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["COLD_COMPILE_CONFIG", "cold_compile", "cuda_events", "kernels_per_call", "max_rel_error",
-           "peak_memory_bytes", "tensors_of"]
+__all__ = ["COLD_COMPILE_CONFIG", "cold_compile", "cuda_events", "kernel_ms_per_call", "kernels_per_call",
+           "max_rel_error", "peak_memory_bytes", "tensors_of"]
 
 #: Inductor settings for compile times that compare: no FX-graph cache, no autotuning beyond the default heuristics.
 COLD_COMPILE_CONFIG = {
@@ -56,6 +56,14 @@ def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
     """GPU kernels (and copies) launched per call, counted with the profiler after one call."""
     fn()
     return len(cuda_events(fn, calls)) / calls
+
+
+def kernel_ms_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    """Milliseconds the GPU spends in kernels (and copies) per call, their profiled durations summed after one
+    call: what merging changes on the device, apart from the host's time to launch (which the per-call time
+    with CUDA events includes, and which varies from run to run with the host)."""
+    fn()
+    return sum(event.time_range.elapsed_us() for event in cuda_events(fn, calls)) / calls / 1000
 
 
 def peak_memory_bytes(fn: Callable[[], Any]) -> int:
