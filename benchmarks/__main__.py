@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
     "flat-transpose-cost": ("benchmarks.probes.flat_transpose_cost", "transposes over one flat index against 2-d "
                             "tiles (the cost model's calibration)"),
+    "order-drift": ("benchmarks.probes.order_drift", "a real model's ms per call by the variants' order in the run"),
 }
 
 

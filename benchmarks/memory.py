@@ -92,6 +92,9 @@ def traced_case(text: str) -> tuple[str, Callable[[bool], Callable[[], Any]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--warmup", type=int, default=WARMUP, help=f"calls before the traced one (default {WARMUP})")
+    parser.add_argument("--hold-first", action="store_true",
+                        help="keep the first call's result alive through the rest, as the real suite does")
     parser.add_argument("cases", nargs="+", type=traced_case,
                         help="workload/size/dtype/mode of the suite, or model/mode of the real suite")
     args = parser.parse_args()
@@ -101,8 +104,11 @@ def main() -> None:
             torch._dynamo.reset()
             with cold_compile(), variant_context(variant):
                 call = make(variant.compile)
-                for _ in range(WARMUP):
+                held = [call()]  # the first call's result
+                for _ in range(args.warmup - 1):
                     call()
+                if not args.hold_first:
+                    held.clear()
                 peak, traced, freed, alive = alive_at_peak(call)
             grouped = collections.Counter()
             for size, where in alive:
