@@ -15,8 +15,9 @@ Per row: kernels per call (training: per step, the forward's, the backward's and
 step; CUDA events around each call, the host's launches in), GPU ms per call (the kernels' profiled durations
 summed: the device's part alone), peak MiB of one call above what was allocated before it, first call seconds (the
 compile, forward and backward), max relative error against eager (training: of the outputs and of every
-parameter's gradient) and against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in its row; the script goes
-on and exits 1 after writing the results. A short summary table (three ways per cell) is printed last.
+parameter's gradient) and against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in
+its row; the script goes on and exits 1 after writing the results. A short summary table (three ways per cell) is
+printed last.
 
     python -m benchmarks real --out benchmarks/results/<date>/real_suite     # on a GPU
     python -m benchmarks real --out DIR --only dlrm-26 mixnet-s --modes training   # a part of it
@@ -62,8 +63,8 @@ from optimus_ir.testing.workloads import output_loss
 
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
-COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "GPU ms/call", "peak MiB", "first call s", "max rel err",
-           "vs stock", "rules fired", "rules rejected", "error"]
+COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "GPU ms/call", "peak MiB", "first call s",
+           "max rel err", "vs stock", "rules fired", "rules rejected", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
            "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}

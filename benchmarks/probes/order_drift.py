@@ -17,7 +17,9 @@ import io
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,11 +36,12 @@ from benchmarks.measure import (
 )
 
 REPEAT = 50
+COLUMNS = ["position", "variant", "kernels/call", "ms/call", "ms/call, gc frozen", "GPU ms/call", "since start s"]
 #: functions listed per variant by ``--host-profile``
 PROFILED_TOP = 20
 
 
-def host_profile(call: object, calls: int = REPEAT) -> str:
+def host_profile(call: Callable[[], Any], calls: int = REPEAT) -> str:
     """The functions with the most host time of their own over ``calls`` calls (cProfile), as pstats prints them."""
     profiler = cProfile.Profile()
     profiler.enable()
@@ -49,7 +52,6 @@ def host_profile(call: object, calls: int = REPEAT) -> str:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(PROFILED_TOP)
     return text.getvalue()
-COLUMNS = ["position", "variant", "kernels/call", "ms/call", "ms/call, gc frozen", "GPU ms/call", "since start s"]
 
 
 def main() -> None:
