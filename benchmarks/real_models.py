@@ -88,6 +88,14 @@ def prepared(model: RealModel, mode: str, device: str) -> tuple[nn.Module, tuple
     return module, tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, inputs)
 
 
+def prepared_case(case: str, device: str) -> tuple[str, str, nn.Module, tuple[Any, ...]]:
+    """A case of the suite named ``model/mode`` (``mixnet-s/inference``): the model's name, the mode, and the module
+    and its inputs (:func:`prepared`)."""
+    name, _, mode = case.partition("/")
+    (model,) = select("all", [name])
+    return name, mode, *prepared(model, mode, device)
+
+
 def outputs_of(output: Any) -> list[torch.Tensor]:
     """A model's output as a flat list of tensors: one tensor, a tuple, or a dict (``to_hetero``: one a node type)."""
     return [x for x in tree_leaves(output) if isinstance(x, torch.Tensor)]

@@ -312,3 +312,28 @@ def test_decisions_compare_reports_what_differs():
     assert report[-1] == "1 of 4 keys identical (records, wrapper and launches)"
     assert compare(old, old) == ([f"{k}: identical" + (" (both failed the same way)" if k == "b" else "")
                                   for k in "abc"] + ["3 of 3 keys identical (records, wrapper and launches)"], True)
+
+
+def test_merge_cost_groups_the_launches_that_changed_by_their_source_nodes():
+    """Two stock launches of one kernel and one of another, over source nodes a, b, c; optimus_ir merged the first
+    two into one launch: one group (the merged launch against the two), the third launch unchanged."""
+    from benchmarks.probes import merge_cost
+
+    def wrapper(kernels, launches):
+        defined = "".join(
+            f"{name} = async_compile.triton('{name}', '''\n@triton.jit\ndef {name}(in_ptr0):\n    {body}\n''', "
+            "device_str='cuda')\n" for name, body in kernels
+        )
+        calls = "".join(f"        # Topologically Sorted Source Nodes: [{nodes}], Original ATen: [aten.mul]\n"
+                        f"        {name}.run(buf0, stream=stream0)\n" for name, nodes in launches)
+        return defined + "def call(args):\n" + calls
+
+    stock = merge_cost.launches(wrapper([("k_0", "a"), ("k_1", "b")], [("k_0", "a"), ("k_0", "b"), ("k_1", "c")]), 0)
+    ours = merge_cost.launches(wrapper([("m_0", "m"), ("k_1", "b")], [("m_0", "a, b"), ("k_1", "c")]), 0)
+    assert [(l.kernel, sorted(l.nodes)) for l in stock] == [("k_0", ["a"]), ("k_0", ["b"]), ("k_1", ["c"])]
+    merge_cost.assign(stock, {"k_0": [2.0, 3.0], "k_1": [1.0]})
+    merge_cost.assign(ours, {"m_0": [4.0], "k_1": [1.0]})
+    ((mine, theirs),) = merge_cost.changed_groups(stock, ours)
+    assert [l.kernel for l in mine] == ["m_0"] and [l.kernel for l in theirs] == ["k_0", "k_0"]
+    row = merge_cost.row(mine, theirs)
+    assert row["optimus_ir µs"] == 4.0 and row["stock µs"] == 5.0 and row["Δ µs"] == -1.0

@@ -38,9 +38,7 @@ def main() -> None:
     parser.add_argument("case", help="model/mode of the real suite")
     parser.add_argument("--variant", choices=["stock", "optimus_ir"], default="optimus_ir")
     args = parser.parse_args()
-    name, _, mode = args.case.partition("/")
-    (model,) = real_models.select("all", [name])
-    module, inputs = real_models.prepared(model, mode, "cpu")
+    name, mode, module, inputs = real_models.prepared_case(args.case, "cpu")
     profiler = cProfile.Profile()
     start = time.perf_counter()
     with torch.set_grad_enabled(mode == "training"):

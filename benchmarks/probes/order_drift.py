@@ -62,9 +62,7 @@ def main() -> None:
                         choices=[v.name for v in VARIANTS])
     parser.add_argument("--host-profile", action="store_true")
     args = parser.parse_args()
-    name, _, mode = args.case.partition("/")
-    (model,) = real_models.select("all", [name])
-    module, inputs = real_models.prepared(model, mode, "cuda")
+    name, mode, module, inputs = real_models.prepared_case(args.case, "cuda")
     params = list(module.parameters())
     variants = {v.name: v for v in VARIANTS}
     rows, profiles, start = [], [], time.perf_counter()
