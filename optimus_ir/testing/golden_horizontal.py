@@ -55,6 +55,15 @@ def channels_last_relu_each(*ws):
     return [torch.relu(w).contiguous(memory_format=torch.channels_last) for w in ws]
 
 
+def transposes_scaled_each(*xs):
+    return [(x.t() * 2).contiguous() for x in xs]
+
+
+def sigmoid_chunks_channels_last(x):
+    # a channel split whose pieces are laid out for channels-last convolutions (MixNet's mixed depthwise convs)
+    return [piece.contiguous(memory_format=torch.channels_last) for piece in torch.chunk(torch.sigmoid(x), 4, 1)]
+
+
 def sgd_momentum_each(*args):
     # SGD with momentum, one parameter at a time (foreach=False): in-place updates of weights of different shapes
     n = len(args) // 3
@@ -141,6 +150,18 @@ HORIZONTAL_CASES = [
         "horizontal_channels_last_weights", channels_last_relu_each,
         _tensors((64, 32, 3, 3), (96, 32, 3, 3), (48, 16, 5, 5), (64, 48, 1, 7), (32, 64, 3, 3), (24, 8, 7, 1)),
         6, 1, ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        # transposes of one size: Inductor tiles each in 2-d; one kernel keeps those tiles, the members one after
+        # another along y (80 rows each, padded to 128)
+        "horizontal_transposes_tiles", transposes_scaled_each, _tensors(*[(48, 80)] * 6), 6, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+    ),
+    Case(
+        # the four pieces of a channel split laid out for channels-last: one kernel in 2-d tiles, each member at
+        # its offset in the input
+        "horizontal_split_channels_last_tiles", sigmoid_chunks_channels_last, _tensors((2, 64, 12, 12)), 4, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
     ),
     Case(
         # backward: each member reads its saved tanh output, which the forward returns (not donated), and

@@ -1,9 +1,10 @@
 """The cost model of a merge, in microseconds: the launches it saves against what it adds to the merged kernel.
 
-A merged kernel runs each pointwise member over its flat index. Where Inductor tiles a member in 2-d (a transpose:
-a conv weight laid out for channels-last, a channel shuffle), the flat run reads or writes one side with a stride,
-touching more memory sectors per warp than 2-d tiles do. The member is merged only where those extra sectors cost
-less than the launch it saves. Constants: what each was calibrated from is in ``docs/design.md``.
+A merged kernel runs each pointwise member over its flat index, unless all its members have the same 2-d tiles.
+Where Inductor tiles a member in 2-d (a transpose: a conv weight laid out for channels-last, a channel shuffle), the
+flat run reads or writes one side with a stride, touching more memory sectors per warp than 2-d tiles do. The member
+runs flat only where those extra sectors cost the device less than the launch it saves does; else it merges only
+with members of its own tiles. Constants: what each was calibrated from is in ``docs/design.md``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from torch._inductor.virtualized import V
 from optimus_ir import index_math
 from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, addressed_buffers
 
-#: Host time of one kernel launch in Inductor's Python wrapper: what a merge saves per kernel it removes (the
-#: models of the suite are bound by it).
-LAUNCH_US = 10.0
+#: Device time one launch costs beyond its work (the gap between kernels, a small grid's ramp): what a merge saves
+#: the device per kernel it removes. A flat run may add at most this much per member, so that merges trade no
+#: device time for the host's launches (which cost it about 10 µs each).
+LAUNCH_DEVICE_US = 1.0
 #: Bytes of extra sectors (those a strided access touches beyond a contiguous one) the device moves per
 #: microsecond, most of them in L2.
 EXTRA_SECTOR_BYTES_PER_US = 2.0e6
@@ -26,8 +28,8 @@ EXTRA_SECTOR_BYTES_PER_US = 2.0e6
 def flat_run_refusal(prefixes: tuple[str, ...], node: Any, structure: Structure) -> str | None:
     """None where a merged kernel may run pointwise ``node``, which Inductor tiles by ``prefixes``
     (:func:`.structure.tiling_prefixes`), over its flat index: Inductor's kernel does too (1-d tiling), or it tiles
-    in 2-d and the flat run's extra sectors cost less than ``LAUNCH_US``; else why not. Symbolic sizes leave symbols
-    in the indices, whose sectors are then not known: refused."""
+    in 2-d and the flat run's extra sectors cost less than ``LAUNCH_DEVICE_US``; else why not. Symbolic sizes leave
+    symbols in the indices, whose sectors are then not known: refused."""
     if prefixes == ("x",):
         return None
     if "r0_" in prefixes:
@@ -37,9 +39,10 @@ def flat_run_refusal(prefixes: tuple[str, ...], node: Any, structure: Structure)
     extra = flat_extra_us(node, structure)
     if extra is None:
         return f"tiling {prefixes}: the sectors of its indices over one flat index are not known"
-    if extra > LAUNCH_US:
-        return (f"tiling {prefixes}: over one flat index it would take an estimated {extra:.1f} µs more than in "
-                f"2-d tiles, more than the launch a merge saves ({LAUNCH_US} µs)")
+    if extra > LAUNCH_DEVICE_US:
+        return (f"tiling {prefixes}: over one flat index it would take the device an estimated {extra:.1f} µs more "
+                f"than in 2-d tiles, more than the launch a merge saves it ({LAUNCH_DEVICE_US} µs), and no member "
+                "has its tiles")
     return None
 
 

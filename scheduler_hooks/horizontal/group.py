@@ -23,7 +23,7 @@ from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
-from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, two_d_tiles
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
@@ -48,6 +48,9 @@ class MemberTableGroup(TableGroup):
         self.scheduler.name_to_fused_node.update({n: self for m in members for n in m.get_operation_names()})
         self.one_allocations = one_allocations(members, structures)  # by slot
         self.takes_over = allocation.saved_tensors_to_take_over(members, self.one_allocations)
+        #: the 2-d tiles of Inductor's kernel where every member has the same ones (and the same divisors): the
+        #: kernel keeps them, its members one after another along y (:class:`MemberTableKernel`)
+        self.tiles = None if reduction else common_tiles(members, structures)
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_member_table_group(backend, self)
@@ -55,6 +58,8 @@ class MemberTableGroup(TableGroup):
     def describe(self) -> str:
         numels = sorted({s.numel for s in self.structures})
         sizes = f"ragged: {len(numels)} sizes" if len(numels) > 1 else f"{numels[0]} each"
+        if self.tiles is not None:
+            sizes = f"{self.tiles['y']} × {self.tiles['x']} in 2-d tiles each"
         if self.structures[0].numel_expr is not None:
             sizes = "symbolic sizes, starts per call"
         divisors = len(varying_divisors(self.structures))
@@ -109,14 +114,16 @@ def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacemen
     symbolic = structures[0].numel_expr is not None
     schedule = backend.generate_node_schedule(nodes, numel, rnumel)
     tiling = backend.select_tiling(schedule, numel, rnumel)
-    # a pointwise member Inductor tiles in 2-d runs over its flat index (planning weighed what that costs)
-    tiled = not group.reduction and any(p not in ("x", "r0_") and n != 1 for p, n in tiling.items())
-    if tiled:
+    tiles = group.tiles if placement is None else None
+    # else a pointwise member Inductor tiles in 2-d runs over its flat index (planning weighed what that costs)
+    flat = not group.reduction and not tiles and any(p not in ("x", "r0_") and n != 1 for p, n in tiling.items())
+    if flat:
         tiling = backend.create_tiling([numel], [rnumel])
-    with _over_flat_index(rep, structures[0], divisors, always=tiled or (symbolic and not group.reduction)):
+    with _over_flat_index(rep, structures[0], divisors, always=flat or (symbolic and not group.reduction)):
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
             reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors, placement=placement,
+            tiles=tiles,
         )
         with config.patch(inplace_buffers=False):  # each member writes its own outputs
             backend.codegen_node_schedule_with_kernel(schedule, kernel)
@@ -153,6 +160,15 @@ def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
     own = {symbol.name for expr in kernel.args.sizevars for symbol in expr.free_symbols} - shared
     if own:
         raise NotImplementedError(f"the kernel reads sizes of one member only: {sorted(own)}")
+
+
+def common_tiles(members: list[Any], structures: list[Structure]) -> dict[str, int] | None:
+    """The 2-d tiles (:func:`.structure.two_d_tiles`) of every member's kernel where they are the same and the
+    members' flat indices have the same divisors (one kernel, its indices unchanged, serves them all), else None."""
+    tiles = two_d_tiles(members[0])
+    if tiles is None or varying_divisors(structures) or any(two_d_tiles(m) != tiles for m in members[1:]):
+        return None
+    return tiles
 
 
 def varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:

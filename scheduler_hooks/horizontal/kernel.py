@@ -13,7 +13,9 @@ from torch._inductor import config
 from torch._inductor.codegen.common import IndentedBuffer, TensorArg
 from torch._inductor.codegen.triton import TritonKernel
 from torch._inductor.codegen.triton_utils import is_unaligned_buffer
+from torch._inductor.runtime import triton_heuristics
 from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
+from torch._inductor.runtime.runtime_utils import get_max_y_grid
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 from torch.utils._sympy.functions import FloorDiv
@@ -71,6 +73,9 @@ class MemberTableKernel(TritonKernel):
     Member ``m`` owns the blocks ``[starts[m], starts[m] + padded numel) / XBLOCK``. Every tensor argument
     receives the table; the prologue replaces it by the member's address, and ``xnumel`` by its numel (and
     ``r0_numel`` by its row length, where one-row members reduce different lengths: ``Structure.rnumel``).
+
+    Members of the same 2-d tiles (``tiles``) keep them: member ``m`` owns the rows ``[m, m + 1) * padded ynumel``
+    of the y axis, ``ynumel`` padded to a multiple of the largest YBLOCK the heuristics may pick; x is Inductor's.
     """
 
     def __init__(
@@ -81,9 +86,11 @@ class MemberTableKernel(TritonKernel):
         call_site: str,
         divisors: dict[sympy.Symbol, list[int]],
         placement: ClassPlacement | None = None,
+        tiles: dict[str, int] | None = None,
         **kwargs: Any,
     ) -> None:
         self.structures = structures
+        self.tiles = tiles
         lengths = [s.rnumel for s in structures]
         #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
         self.rnumels = lengths if len(set(lengths)) > 1 else None
@@ -102,7 +109,10 @@ class MemberTableKernel(TritonKernel):
         largest_block = MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK
         #: one class of a kernel of several bodies (:mod:`.dispatch`): where its members start
         self.placement = placement
-        if placement is not None:
+        if tiles is not None:  # members placed along y
+            numels = [tiles["y"]] * len(structures)
+            self.align = min(TRITON_MAX_BLOCK["Y"], 1 << (tiles["y"] - 1).bit_length())
+        elif placement is not None:
             self.align = placement.align
         else:
             self.align = largest_block if self.symbolic else block_alignment(numels[0], reduction)
@@ -134,6 +144,8 @@ class MemberTableKernel(TritonKernel):
         return total if wide_rows and torch.version.hip is None else self.align
 
     def _has_constant_mask(self, tree: Any) -> bool:
+        if self.tiles is not None:  # Inductor's masks of one member, and along y past the members where the grid
+            return super()._has_constant_mask(tree) and not (tree.prefix == "y" and self._y_overflows())
         if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
             return False
         if tree.prefix == "r0_" and self.rnumels:
@@ -142,13 +154,24 @@ class MemberTableKernel(TritonKernel):
 
 
     def iteration_ranges_get_pid(self, entry: Any) -> str:
-        if entry.prefix == "x":
-            return "xblock"
+        if entry.prefix == ("x" if self.tiles is None else "y"):
+            return f"{entry.prefix}block"
         return super().iteration_ranges_get_pid(entry)
+
+    def _y_overflows(self) -> bool:
+        """Whether the members' rows take more blocks along y than a grid's y dimension holds (with blocks of one
+        row): Inductor's grid then spreads them over y and z (``Grid2DWithYZOverflow``), and may launch more."""
+        return self.tiles is not None and self.total > get_max_y_grid()
+
+    def _get_grid_type(self) -> type[triton_heuristics.GridExpr]:
+        if self._y_overflows():
+            return triton_heuristics.Grid2DWithYZOverflow
+        return super()._get_grid_type()
 
     def codegen_kernel(self, name: str | None = None) -> str:
         numel = self.numels["x"]
-        self.numels["x"] = self.size_hint_x
+        if self.tiles is None:  # (2-d tiles: each member's size hints, which bound YBLOCK by ``align``)
+            self.numels["x"] = self.size_hint_x
         # the autotuner benchmarks configs by running the kernel, after cloning the arguments it mutates; it cannot
         # clone what the table points to, so a kernel that updates buffers in place gets one config, run once
         one_config = (
@@ -156,9 +179,11 @@ class MemberTableKernel(TritonKernel):
              "coordinate_descent_tuning": False}
             if any(s.updates_in_place for s in self.structures) else {}
         )
-        if min(self.size_hint_x, TRITON_MAX_BLOCK["X"]) > self.align:  # coordinate descent grows blocks up to that
+        if self.tiles is not None and TRITON_MAX_BLOCK["Y"] > self.align:
             one_config["coordinate_descent_tuning"] = False
-        if not self.inside_reduction:
+        elif self.tiles is None and min(self.size_hint_x, TRITON_MAX_BLOCK["X"]) > self.align:
+            one_config["coordinate_descent_tuning"] = False  # it grows blocks up to that
+        if not self.inside_reduction and self.tiles is None:
             self.min_elem_per_thread = max(self.min_elem_per_thread, self._min_elements_per_thread())
         try:
             with config.patch(one_config):
@@ -175,6 +200,9 @@ class MemberTableKernel(TritonKernel):
         return max(1, BYTES_PER_THREAD // widest)
 
     def codegen_static_numels(self, code: Any) -> None:
+        if self.tiles is not None:
+            self._codegen_tiles_prologue(code)
+            return
         stock = IndentedBuffer()
         super().codegen_static_numels(stock)
         for line in stock.getvalue().splitlines():
@@ -200,6 +228,26 @@ class MemberTableKernel(TritonKernel):
         for j, symbol in enumerate(self.member_values):
             row = self.layout.value_row(j)
             code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
+        self._codegen_addresses(code)
+
+    def _codegen_tiles_prologue(self, code: Any) -> None:
+        """Inductor's numels of one member, then the member of the block's rows and its addresses. Blocks past
+        the last member (a grid spread over y and z) take its addresses and rows past its ``ynumel``: masked."""
+        super().codegen_static_numels(code)
+        pid = "tl.program_id(1)"
+        member = f"ystart // {self.total // len(self.structures)}"
+        if self._y_overflows():
+            pid = "(tl.program_id(1) + tl.program_id(2) * tl.num_programs(1))"
+            member = f"tl.minimum({member}, {len(self.structures) - 1})"
+        code.writeline(f"ystart = {pid} * YBLOCK")
+        code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
+        code.writeline(f"xmember = {member}")
+        code.writeline(f"yblock = (ystart - xmember * {self.total // len(self.structures)}) // YBLOCK")
+        self._codegen_addresses(code)
+
+    def _codegen_addresses(self, code: Any) -> None:
+        """Each tensor argument replaced by the block's member's address, read from the table."""
+        tensor_args = self.tensor_args_of_table()
         aligned = self._aligned_args()
         for slot, (arg, dtype) in enumerate(tensor_args):
             row = self.layout.address_row(slot)
@@ -260,7 +308,9 @@ class MemberTableKernel(TritonKernel):
         call_args = [table if a.name in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)
         self.add_numel_to_call_args(name, call_args, arg_types)
-        call_args[first_numel] = total  # x: the members' blocks, end to end (the grid)
+        # the members' blocks end to end (the grid): along x, or along y where the kernel keeps 2-d tiles
+        numels = [tree.prefix for tree in self.range_trees if not tree.is_reduction or self.inside_reduction]
+        call_args[first_numel + numels.index("x" if self.tiles is None else "y")] = total
         wrapper.generate_kernel_call(
             name, call_args, triton=True, arg_types=arg_types,
             triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,

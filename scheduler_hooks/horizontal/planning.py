@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend, two_d_tiles
 from optimus_ir.scheduler_hooks.horizontal.tuning import (
     MAX_CLASSES,
     MAX_EMPTY_BLOCKS,
@@ -32,10 +32,11 @@ T = TypeVar("T")
 
 
 def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
-    """For each class of candidates of one structure (in schedule order): its row-reduction kernels, or its
-    pointwise kernels that may run over their flat index (1-d ones; 2-d tiled ones where the cost model says so),
-    cut into sets with no path between two members, each cut by size where padding to whole blocks costs too much.
-    Each candidate left out is recorded with the reason."""
+    """For each class of candidates of one structure (in schedule order): its row-reduction kernels; its pointwise
+    kernels that may run over their flat index (1-d ones; 2-d tiled ones where the cost model says so); of the 2-d
+    tiled ones that may not, those of the same tiles (one kernel in those tiles serves them). Each cut into sets
+    with no path between two members, each cut by size where padding to whole blocks costs too much. Each candidate
+    left out is recorded with the reason."""
     groups: list[Group] = []
     for candidates in classes:
         if len(candidates) < 2:
@@ -43,26 +44,47 @@ def default_grouping(classes: list[list[Candidate]]) -> list[Group]:
         largest = max(candidates, key=lambda c: c[1].numel)[0]
         prefixes = tiling_prefixes(triton_backend(largest), largest)
         reduction = prefixes == ("x", "r0_")
+        sets = [candidates]
         if not reduction:
-            candidates = _runnable_flat(prefixes, candidates)
-        for group in _independent_groups(candidates):
-            groups.extend((part, reduction) for part in _size_classes(group, reduction))
+            flat, refused = _runnable_flat(prefixes, candidates)
+            sets = [flat, *_in_same_tiles([candidate for candidate, _ in refused])]
+            in_tiles = {id(node) for found in sets[1:] for node, _ in found}
+            by_reason: dict[str, list[str]] = {}
+            for (node, _), why in refused:
+                if id(node) not in in_tiles:
+                    by_reason.setdefault(why, []).append(node.get_name())
+            for why, names in by_reason.items():
+                record(RULE, False, names, why)
+        for found in sets:
+            for group in _independent_groups(found):
+                groups.extend((part, reduction) for part in _size_classes(group, reduction))
     return groups
 
 
-def _runnable_flat(prefixes: tuple[str, ...], candidates: list[Candidate]) -> list[Candidate]:
+def _runnable_flat(
+    prefixes: tuple[str, ...], candidates: list[Candidate]
+) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
     """The candidates a merged kernel may run over their flat index, where Inductor tiles the largest by
-    ``prefixes`` (:func:`.cost.flat_run_refusal`); each other one is recorded with the reason."""
-    runnable, refused = [], {}
+    ``prefixes`` (:func:`.cost.flat_run_refusal`), and the others, each with the reason."""
+    runnable, refused = [], []
     for node, structure in candidates:
         why = flat_run_refusal(prefixes, node, structure)
         if why is None:
             runnable.append((node, structure))
         else:
-            refused.setdefault(why, []).append(node.get_name())
-    for why, names in refused.items():
-        record(RULE, False, names, why)
-    return runnable
+            refused.append(((node, structure), why))
+    return runnable, refused
+
+
+def _in_same_tiles(candidates: list[Candidate]) -> list[list[Candidate]]:
+    """Of pointwise ``candidates`` (in schedule order), the sets of at least two that Inductor tiles in the same 2-d
+    tiles, their flat indices of the same divisors (:func:`.group.common_tiles`)."""
+    by_tiles: dict[Any, list[Candidate]] = {}
+    for candidate in candidates:
+        tiles = two_d_tiles(candidate[0])
+        if tiles is not None:
+            by_tiles.setdefault((tuple(tiles.items()), candidate[1].divisors), []).append(candidate)
+    return [found for found in by_tiles.values() if len(found) > 1]
 
 
 _policy: GroupingPolicy = default_grouping

@@ -128,11 +128,12 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
     """In schedule order, the nodes that can be a class of a kernel of several bodies: pointwise merged groups,
     and pointwise candidates left alone that may run over their flat index (:func:`.cost.flat_run_refusal`), of
     static sizes, that update nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only
-    its table) and no buffer their structure does not name (one read through another's mutation)."""
+    its table) and no buffer their structure does not name (one read through another's mutation). Groups in 2-d
+    tiles are not: a class runs over its flat index."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
-        if isinstance(node, MemberTableGroup) and not node.reduction:
+        if isinstance(node, MemberTableGroup) and not node.reduction and node.tiles is None:
             structures = node.structures
         elif id(node) in candidates and node.used_buffer_names() <= set(candidates[id(node)].slots):
             prefixes = tiling_prefixes(triton_backend(node), node)

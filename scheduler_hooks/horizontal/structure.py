@@ -294,10 +294,27 @@ def triton_backend(node: Any) -> Any:
     return backend if isinstance(backend, TritonScheduling) else None
 
 
-def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
-    """The dimensions of Inductor's tiling for the node's kernel: ``("x",)``, ``("x", "r0_")``, ``("y", "x")``..."""
+def _tiling(backend: Any, node: Any) -> dict[str, Any]:
+    """Inductor's tiling for the node's kernel, its dimensions of extent 1 left out (but x)."""
     nodes = list(node.get_nodes())
     _, (numel, rnumel) = node.group
     schedule = backend.generate_node_schedule(nodes, numel, rnumel)
     tiling = backend.select_tiling(schedule, numel, rnumel)
-    return tuple(prefix for prefix, extent in tiling.items() if prefix == "x" or extent != 1)
+    return {prefix: extent for prefix, extent in tiling.items() if prefix == "x" or extent != 1}
+
+
+def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
+    """The dimensions of Inductor's tiling for the node's kernel: ``("x",)``, ``("x", "r0_")``, ``("y", "x")``..."""
+    return tuple(_tiling(backend, node))
+
+
+def two_d_tiles(node: Any) -> dict[str, int] | None:
+    """The extents of Inductor's tiling for a pointwise node's kernel where it tiles in 2-d over static sizes
+    (``{"y": 640, "x": 784}``: a transpose, a slice laid out for a channels-last convolution), else None."""
+    backend = triton_backend(node)
+    if backend is None or node.is_reduction():
+        return None
+    tiling = _tiling(backend, node)
+    if set(tiling) != {"y", "x"} or not all(isinstance(e, (int, sympy.Integer)) for e in tiling.values()):
+        return None
+    return {prefix: int(extent) for prefix, extent in tiling.items()}
