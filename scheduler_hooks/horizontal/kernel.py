@@ -155,7 +155,9 @@ class MemberTableKernel(TritonKernel):
 
     def iteration_ranges_get_pid(self, entry: Any) -> str:
         if entry.prefix == ("x" if self.tiles is None else "y"):
-            return f"{entry.prefix}block"
+            # (x: int64 already where it must be; y's block index: as Inductor's own program ids)
+            wide = self.tiles is not None and self.index_dtype != "tl.int32"
+            return f"{entry.prefix}block.to({self.index_dtype})" if wide else f"{entry.prefix}block"
         return super().iteration_ranges_get_pid(entry)
 
     def _y_overflows(self) -> bool:
