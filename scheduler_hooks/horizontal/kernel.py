@@ -144,7 +144,7 @@ class MemberTableKernel(TritonKernel):
         return total if wide_rows and torch.version.hip is None else self.align
 
     def _has_constant_mask(self, tree: Any) -> bool:
-        if self.tiles is not None:  # Inductor's masks of one member, and along y past the members where the grid
+        if self.tiles is not None:  # Inductor's masks of one member; along y always where the grid spreads over z
             return super()._has_constant_mask(tree) and not (tree.prefix == "y" and self._y_overflows())
         if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
             return False
