@@ -23,7 +23,7 @@ from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
-from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, two_d_tiles
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, tiles_key
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
@@ -163,12 +163,12 @@ def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
 
 
 def common_tiles(members: list[Any], structures: list[Structure]) -> dict[str, int] | None:
-    """The 2-d tiles (:func:`.structure.two_d_tiles`) of every member's kernel where they are the same and the
-    members' flat indices have the same divisors (one kernel, its indices unchanged, serves them all), else None."""
-    tiles = two_d_tiles(members[0])
-    if tiles is None or varying_divisors(structures) or any(two_d_tiles(m) != tiles for m in members[1:]):
+    """The 2-d tiles of the members' kernels where every member has the same :func:`.structure.tiles_key` (one
+    kernel in those tiles, its indices unchanged, serves them all), else None."""
+    key = tiles_key(members[0], structures[0])
+    if key is None or any(tiles_key(m, s) != key for m, s in zip(members[1:], structures[1:], strict=True)):
         return None
-    return tiles
+    return dict(key[0])
 
 
 def varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:

@@ -236,15 +236,16 @@ class MemberTableKernel(TritonKernel):
         """Inductor's numels of one member, then the member of the block's rows and its addresses. Blocks past
         the last member (a grid spread over y and z) take its addresses and rows past its ``ynumel``: masked."""
         super().codegen_static_numels(code)
+        rows = self.total // len(self.structures)  # each member's, padded
         pid = "tl.program_id(1)"
-        member = f"ystart // {self.total // len(self.structures)}"
+        member = f"ystart // {rows}"
         if self._y_overflows():
             pid = "(tl.program_id(1) + tl.program_id(2) * tl.num_programs(1))"
             member = f"tl.minimum({member}, {len(self.structures) - 1})"
         code.writeline(f"ystart = {pid} * YBLOCK")
         code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
         code.writeline(f"xmember = {member}")
-        code.writeline(f"yblock = (ystart - xmember * {self.total // len(self.structures)}) // YBLOCK")
+        code.writeline(f"yblock = (ystart - xmember * {rows}) // YBLOCK")
         self._codegen_addresses(code)
 
     def _codegen_addresses(self, code: Any) -> None:

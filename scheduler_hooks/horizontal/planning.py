@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiling_prefixes, triton_backend, two_d_tiles
+from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiles_key, tiling_prefixes, triton_backend
 from optimus_ir.scheduler_hooks.horizontal.tuning import (
     MAX_CLASSES,
     MAX_EMPTY_BLOCKS,
@@ -77,13 +77,13 @@ def _runnable_flat(
 
 
 def _in_same_tiles(candidates: list[Candidate]) -> list[list[Candidate]]:
-    """Of pointwise ``candidates`` (in schedule order), the sets of at least two that Inductor tiles in the same 2-d
-    tiles, their flat indices of the same divisors (:func:`.group.common_tiles`)."""
+    """Of pointwise ``candidates`` (in schedule order), the sets of at least two of one :func:`.structure.tiles_key`
+    (one kernel in those tiles serves each)."""
     by_tiles: dict[Any, list[Candidate]] = {}
     for candidate in candidates:
-        tiles = two_d_tiles(candidate[0])
-        if tiles is not None:
-            by_tiles.setdefault((tuple(tiles.items()), candidate[1].divisors), []).append(candidate)
+        key = tiles_key(*candidate)
+        if key is not None:
+            by_tiles.setdefault(key, []).append(candidate)
     return [found for found in by_tiles.values() if len(found) > 1]
 
 

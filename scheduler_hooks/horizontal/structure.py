@@ -308,7 +308,7 @@ def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
     return tuple(_tiling(backend, node))
 
 
-def two_d_tiles(node: Any) -> dict[str, int] | None:
+def _two_d_tiles(node: Any) -> dict[str, int] | None:
     """The extents of Inductor's tiling for a pointwise node's kernel where it tiles in 2-d over static sizes
     (``{"y": 640, "x": 784}``: a transpose, a slice laid out for a channels-last convolution), else None."""
     backend = triton_backend(node)
@@ -318,3 +318,11 @@ def two_d_tiles(node: Any) -> dict[str, int] | None:
     if set(tiling) != {"y", "x"} or not all(isinstance(e, (int, sympy.Integer)) for e in tiling.values()):
         return None
     return {prefix: int(extent) for prefix, extent in tiling.items()}
+
+
+def tiles_key(node: Any, structure: Structure) -> tuple[Any, ...] | None:
+    """What pointwise candidates of one structure key must share to be served by one kernel in Inductor's 2-d tiles
+    of one of them, its indices unchanged: the tiles (:func:`_two_d_tiles`) and the divisors of their flat indices;
+    None where Inductor does not tile the node in 2-d."""
+    tiles = _two_d_tiles(node)
+    return None if tiles is None else (tuple(tiles.items()), structure.divisors)
