@@ -354,6 +354,11 @@ def divisor_symbol(i: int) -> sympy.Symbol:
     return sympy.Symbol(f"idivisor{i}", integer=True, positive=True)
 
 
+def indirect_size_symbol(i: int) -> sympy.Symbol:
+    """The symbol of the ``i``-th bound of a loaded index that members of a horizontal kernel read from its table."""
+    return sympy.Symbol(f"irows{i}", integer=True, positive=True)
+
+
 #: What the memory system moves per access: a sector of 32 bytes; and the threads of a warp, which access together.
 SECTOR_BYTES = 32
 WARP_THREADS = 32

@@ -56,6 +56,15 @@ def block_size_for(members: list[Any]) -> int:
     return _THREADS * per_thread
 
 
+def member_refusal(node: Any) -> str | None:
+    """Why the scheduler node that writes a piece of a cat cannot be a member of its piece group, or None."""
+    if node.is_foreach() or len(node.get_buffer_names()) != 1:
+        return f"fused into {node.get_name()} with other buffers; left there"
+    if node.is_reduction() or node.is_template() or node.is_extern():
+        return "not a pointwise kernel"
+    return None
+
+
 class PieceGroupKernel(GroupKernelNode):
     """The progressions of one cat as one combo kernel (Inductor's), with a block size chosen by body weight."""
 
@@ -119,12 +128,11 @@ class PieceGroupToComboKernel(SchedulerRule):
             members: list[Any] = []
             for name in group:
                 node = owner.get(name)
+                why = None if node is None else member_refusal(node)
                 if node is None:
                     record(self.name, False, [name], "no scheduler node writes it (removed)")
-                elif node.is_foreach() or len(node.get_buffer_names()) != 1:
-                    record(self.name, False, [name], f"fused into {node.get_name()} with other buffers; left there")
-                elif node.is_reduction() or node.is_template() or node.is_extern():
-                    record(self.name, False, [name], "not a pointwise kernel")
+                elif why is not None:
+                    record(self.name, False, [name], why)
                 elif not independent(node, members):
                     record(self.name, False, [name], "depends on another member")
                 else:

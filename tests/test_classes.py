@@ -1,6 +1,7 @@
 """Kernels of different bodies as one kernel of several classes (``ClassesGroup``): what merges, the kernel's text,
 numerics against eager through Triton's interpreter, and the fallbacks."""
 
+import dataclasses
 import itertools
 from types import SimpleNamespace
 from unittest import mock
@@ -117,10 +118,11 @@ def test_an_error_in_the_dispatch_kernel_falls_back_to_stock_kernels():
     torch.testing.assert_close(actual, expected)
 
 
-def test_gathers_from_tables_of_different_sizes_are_classes_of_their_own_bounds():
+def test_gathers_from_tables_of_different_sizes_check_each_members_bound():
     """The size an index loaded from a tensor is checked against (and wraps negative indices by) is not in the loop
-    body's graph; merged as one body, the kernel checked every member against its representative's table size
-    (GraphSAGE's gathers from node types of 900 and 1500 rows failed the check on the H200)."""
+    body's graph; merged with the representative's, the kernel checked every member against its representative's
+    table size (GraphSAGE's gathers from node types of 900 and 1500 rows failed the check on the H200). Each member's
+    size is a value of the member table."""
 
     def fn(*args):
         tables, ids = args[:4], args[4:]
@@ -130,10 +132,21 @@ def test_gathers_from_tables_of_different_sizes_are_classes_of_their_own_bounds(
     inputs = [torch.randn(r, 64) for r in rows] + [torch.randint(-r, r, (4000,)) for r in rows]
     report = compile_report(fn, inputs, passes="horizontal")
     (kernel,) = report.kernels
-    assert "tmp4 < 900)" in kernel.source and "tmp4 < 1500)" in kernel.source
-    assert "4 kernels of 2 bodies" in _class_merges(report.rewrites)[0].detail
+    assert "irows0 = tl.load(xtable + " in kernel.source and "tmp4 < irows0)" in kernel.source
+    assert [r.detail for r in report.rewrites if r.rule == RULE and r.fired] == [
+        "4 kernels → one kernel (pointwise, 256000 each, member table)"
+    ]
     actual, expected, _ = _interpreted(fn, inputs)
     torch.testing.assert_close(actual, expected)
+    inputs[4] = inputs[4].clone()
+    inputs[4][7] = 1000  # within the largest table, not within its own: the kernel's assert, as eager's check
+    torch._dynamo.reset()
+    from triton.runtime.interpreter import interpreter_builder
+
+    debug = dataclasses.replace(interpreter_builder.options, debug=True)  # the interpreter runs device asserts
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), \
+            mock.patch.object(interpreter_builder, "options", debug), pytest.raises(Exception, match="< irows0"):
+        torch.compile(fn)(*inputs)
 
 
 def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_kernel():

@@ -1282,3 +1282,19 @@ def test_a_scatter_target_counts_until_the_last_reader_of_its_update():
         compile_report(fn, inputs, passes="horizontal")
     stock = compile_report(fn, inputs, passes=None)
     assert estimates[0].peak == peak_bytes(stock.graphs[0].wrapper) == 2097664  # the schedule before any merge
+
+
+def norms_into_one_cat(*xs):
+    return torch.cat([F.layer_norm(x, (x.shape[1],)) for x in xs], 1)
+
+
+def test_layer_norms_of_two_widths_in_one_cat_merge_by_width():
+    # the cat's pieces are progressions of two bodies, each fused into its layer norm: the piece group takes
+    # pointwise pieces only, so they stay the member tables' (one kernel per width), not 12 kernels
+    inputs = [torch.randn(64, 16) for _ in range(6)] + [torch.randn(64, 32) for _ in range(6)]
+    report = compile_report(norms_into_one_cat, inputs)
+    assert len(compile_report(norms_into_one_cat, inputs, passes=None).launches) == 12
+    assert len(report.launches) == 2
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        actual = torch.compile(norms_into_one_cat)(*inputs)
+    torch.testing.assert_close(actual, norms_into_one_cat(*inputs))

@@ -23,7 +23,7 @@ from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
-from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, tiles_key
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, indirect_indexing, tiles_key
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
@@ -111,6 +111,7 @@ def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacemen
     nodes = list(rep.get_nodes())
     _, (numel, rnumel) = rep.group
     divisors = varying_divisors(structures)
+    sizes = varying_indirect_sizes(structures)
     symbolic = structures[0].numel_expr is not None
     schedule = backend.generate_node_schedule(nodes, numel, rnumel)
     tiling = backend.select_tiling(schedule, numel, rnumel)
@@ -119,11 +120,16 @@ def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacemen
     flat = not group.reduction and not tiles and any(p not in ("x", "r0_") and n != 1 for p, n in tiling.items())
     if flat:
         tiling = backend.create_tiling([numel], [rnumel])
-    with _over_flat_index(rep, structures[0], divisors, always=flat or (symbolic and not group.reduction)):
+    if tiles and sizes:
+        raise NotImplementedError("members in 2-d tiles whose loaded indices have other bounds")
+    with (
+        _over_flat_index(rep, structures[0], divisors, always=flat or (symbolic and not group.reduction)),
+        _indirect_sizes_as_symbols(rep, sizes),
+    ):
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
-            reduction=group.reduction, call_site=rep.get_first_name(), divisors=divisors, placement=placement,
-            tiles=tiles,
+            reduction=group.reduction, call_site=rep.get_first_name(), member_values={**divisors, **sizes},
+            placement=placement, tiles=tiles,
         )
         with config.patch(inplace_buffers=False):  # each member writes its own outputs
             backend.codegen_node_schedule_with_kernel(schedule, kernel)
@@ -183,6 +189,43 @@ def varying_divisors(structures: list[Structure]) -> dict[sympy.Symbol, list[int
         if len(set(values)) > 1:
             varying[index_math.divisor_symbol(i)] = values
     return varying
+
+
+def varying_indirect_sizes(structures: list[Structure]) -> dict[sympy.Symbol, list[int]]:
+    """The bounds of loaded indices (``Structure.indirect_sizes``) that differ between members: symbol → the
+    value of each member, in order."""
+    varying = {}
+    for i in range(len(structures[0].indirect_sizes)):
+        values = [s.indirect_sizes[i] for s in structures]
+        if len(set(values)) > 1:
+            varying[index_math.indirect_size_symbol(i)] = values
+    return varying
+
+
+@contextlib.contextmanager
+def _indirect_sizes_as_symbols(node: Any, sizes: dict[sympy.Symbol, list[int]]) -> Iterator[None]:
+    """Within the block, the node's loaded indices are checked against (and wrapped by) the symbols of ``sizes``,
+    which the kernel's prologue reads from the member table, not by the representative's numbers.
+
+    Before: ``set_indirect0`` calls ``ops.indirect_indexing(tmp, 1000)``. After: ``ops.indirect_indexing(tmp,
+    irows0)``."""
+    saved = []
+    try:
+        position = 0
+        for snode in node.get_nodes() if sizes else ():
+            body = snode._body
+            for var, _, flags, in_table in indirect_indexing(body):
+                if not in_table:
+                    continue
+                symbol, position = index_math.indirect_size_symbol(position), position + 1
+                if symbol in sizes:
+                    name = f"set_{var}"
+                    saved.append((body.submodules, name, body.submodules[name]))
+                    body.submodules[name] = body.bind_set_indirect_shim(var, symbol, *flags)
+        yield
+    finally:
+        for submodules, name, shim in saved:
+            submodules[name] = shim
 
 
 @contextlib.contextmanager

@@ -84,7 +84,7 @@ class MemberTableKernel(TritonKernel):
         structures: list[Structure],
         reduction: bool,
         call_site: str,
-        divisors: dict[sympy.Symbol, list[int]],
+        member_values: dict[sympy.Symbol, list[int]],
         placement: ClassPlacement | None = None,
         tiles: dict[str, int] | None = None,
         **kwargs: Any,
@@ -95,8 +95,8 @@ class MemberTableKernel(TritonKernel):
         #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
         self.rnumels = lengths if len(set(lengths)) > 1 else None
         #: the name the prologue gives each value of the members → each member's value: the table rows after the
-        #: numels (the divisors, then the row lengths)
-        self.member_values = {str(symbol): values for symbol, values in divisors.items()}
+        #: numels (the divisors, the bounds of loaded indices, then the row lengths)
+        self.member_values = {str(symbol): values for symbol, values in member_values.items()}
         if self.rnumels:
             self.member_values["r0_numel"] = self.rnumels
         #: names this call's member table: Inductor gives groups whose kernel sources are equal one kernel (and

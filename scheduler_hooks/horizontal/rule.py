@@ -38,6 +38,7 @@ from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class
 from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit, class_sets, grouping_policy
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure, structure_of, tiling_prefixes, triton_backend
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -154,8 +155,8 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
 
 def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]]) -> None:
     """Take out of ``by_key`` the progressions of one cat (``PieceGroupToComboKernel``'s groups) whose bodies
-    differ: a member table would take the progressions of one body, and the others would then be kernels of their
-    own, where the piece group makes them all one."""
+    differ and which the piece group takes: a member table would take the progressions of one body, and the others
+    would then be kernels of their own, where the piece group makes them all one."""
     state = graph_state.existing()
     if state is None or not state.piece_groups:
         return
@@ -164,7 +165,7 @@ def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], li
     for group in state.piece_groups:
         members = list({id(owner[name]): owner[name] for name in group if name in owner}.values())
         keys = {key_of.get(id(node)) for node in members}
-        if len(members) < 2 or len(keys) < 2 or None in keys:
+        if len(members) < 2 or len(keys) < 2 or None in keys or any(map(piece_member_refusal, members)):
             continue
         for key in keys:
             by_key[key] = [c for c in by_key[key] if all(c[0] is not node for node in members)]

@@ -14,6 +14,7 @@ from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedSchedul
 from torch._inductor.codegen.triton import TritonScheduling
 from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.virtualized import V
+from torch.utils import _pytree as pytree
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from optimus_ir import index_math
@@ -39,6 +40,9 @@ class Structure:
     #: key (a symbolic one as its expression), except for reductions of one row (a full sum, or a split reduction's
     #: second stage): members reducing different counts merge there
     rnumel: int = 1
+    #: the bound of each index loaded from a tensor (a table's rows), by subnode and order, where it is a number:
+    #: members whose bounds differ read theirs from the member table (not part of the key)
+    indirect_sizes: tuple[int, ...] = ()
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
@@ -178,9 +182,11 @@ class _Tracer:
         # could hold per member: the merged kernel gets the first member's number, so it is part of the structure
         self.by_value.update(name for name in names if V.graph.is_unspec_arg(name))
         blocks = [body.root_block, *body.subblocks.values()]
-        for block in blocks:  # slots in order of first use
+        # a buffer read after a scatter into it has a dependency named after the scatter, which renames it
+        names |= {real for real, renamed in scheduler.mutation_renames.items() if renamed in names}
+        for block in blocks:  # slots in order of first use (bucketize names its boundaries inside a tuple)
             for fx_node in block.graph.nodes:
-                for arg in fx_node.args:
+                for arg in pytree.tree_leaves(fx_node.args):
                     if isinstance(arg, str) and arg in names:
                         self.slot_of.setdefault(arg, len(self.slot_of))
         exprs = self._indices(snode, blocks)
@@ -247,6 +253,9 @@ class _Tracer:
         return Structure(
             key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
             tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
+            tuple(
+                size for snode, *_ in self.traced for _, size, _, in_table in indirect_indexing(snode._body) if in_table
+            ),
         )
 
     def _key_part(self, traced: Any, base: dict[str, int], one_row: bool) -> tuple[Any, ...]:
@@ -267,22 +276,26 @@ class _Tracer:
             len(reduce_sizes) if one_row else tuple(sympy.sympify(s) for s in reduce_sizes),
             graphs,
             tuple((self.slot_of.get(name), removable, self.slot_of[real]) for name, removable, real in written),
-            _indirect_indexing(snode._body),
+            tuple((None if in_table else size, *flags) for _, size, flags, in_table in indirect_indexing(snode._body)),
         )
 
 
-def _indirect_indexing(body: Any) -> tuple[Any, ...]:
-    """The size each index loaded from a tensor is checked against and wrapped by, with whether it is checked and
-    wrapped: not in the body's graph (which calls ``set_indirect<N>`` with the index alone), and the kernel uses its
-    representative's (GraphSAGE's gathers from node types of 900 and 1500 rows failed its bounds check)."""
+def indirect_indexing(body: Any) -> list[tuple[sympy.Symbol, int | sympy.Expr, tuple[Any, ...], bool]]:
+    """Each index a body loads from a tensor: its variable, the size it is checked against and wrapped by, whether
+    it is checked and wrapped (not in the body's graph, which calls ``set_indirect<N>`` with the index alone), and
+    whether members of other sizes share the body, reading theirs from the member table (a number, with its shim's
+    flags known): the kernel must use each member's size (GraphSAGE's gathers from node types of 900 and 1500 rows
+    failed its bounds check with the representative's). Other sizes are part of the key."""
     parts = []
     for var, size in body.indirect_var_ranges.items():
         shim = getattr(body.submodules.get(f"set_{var}"), "clone", None)
         flags = () if not isinstance(shim, functools.partial) else tuple(
             shim.keywords.get(flag) for flag in ("check", "wrap_neg")
         )
-        parts.append((sympy.sympify(size), *flags))
-    return tuple(parts)
+        size = sympy.sympify(size)
+        in_table = isinstance(size, sympy.Integer) and bool(flags)
+        parts.append((var, int(size) if in_table else size, flags, in_table))
+    return parts
 
 
 def triton_backend(node: Any) -> Any:
