@@ -1,7 +1,8 @@
 """The models of ``python -m benchmarks real``, built from their libraries' configs, random weights, no downloads.
 
-Three sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
-GNN, CNNs with channel splits and parallel branches, an MoE transformer, the DLRM-style model. ``issue33``: the
+Four sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
+GNN, CNNs with channel splits and parallel branches, an MoE transformer, the DLRM-style model. ``issue31``: a
+sparse arch of 8, 26 and 100 embedding-bag tables with jagged features (runtime offsets). ``issue33``: the
 split → layer norm → tanh → cat case at 48 pieces x 4 layers, 96 x 8 and 192 x 16. ``more``: the
 transformers and timm models measured first, on which optimus_ir's kernels were stock's. torchvision, timm,
 transformers and torch_geometric are imported by the builders only: they are no dependencies of optimus_ir, and a
@@ -198,6 +199,44 @@ class SplitLayerNormTanhCat(nn.Module):
         return x
 
 
+# ----------------------------------------------------------------------------------------------- issue 31
+
+
+class JaggedSparseArch(nn.Module):
+    """The sparse arch of a ranking model with jagged features: ``tables`` sum-pooled ``nn.EmbeddingBag`` tables
+    of different sizes (1,000 to 100,000 rows, dimension 64) with runtime offsets, each bag 0 to 8 ids drawn per
+    batch, each pooled output layer-normed, all concatenated. Each table gets 4 ids per bag on average, exactly (the
+    bags' sizes a random split of that total), so that the shapes stay static from batch to batch while the bags do
+    not."""
+
+    def __init__(self, tables: int, dim: int = 64) -> None:
+        super().__init__()
+        rows = torch.logspace(3, 5, tables).long().tolist()
+        self.tables = nn.ModuleList(nn.EmbeddingBag(n, dim, mode="sum") for n in rows)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in rows)
+
+    def forward(self, ids: list[torch.Tensor], offsets: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([norm(table(i, o)) for table, norm, i, o in zip(self.tables, self.norms, ids, offsets)], 1)
+
+    def example_inputs(self, batch: int, max_bag: int = 8) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        ids, offsets = [], []
+        for table in self.tables:
+            # batch * max_bag / 2 ids put one by one into bags not yet full: sizes 0..max_bag, a random split
+            slots = torch.randperm(batch * max_bag)[: batch * max_bag // 2] // max_bag
+            lengths = torch.bincount(slots, minlength=batch)
+            offsets.append(torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]]))
+            ids.append(torch.randint(0, table.num_embeddings, (int(lengths.sum()),)))
+        return ids, offsets
+
+
+def _sparse_arch(tables: int) -> Callable[[], Built]:
+    def make() -> Built:
+        model = JaggedSparseArch(tables)
+        return model, model.example_inputs(batch=2048)
+
+    return make
+
+
 def _seed(pieces: int, layers: int) -> Callable[[], Built]:
     def make() -> Built:
         return SplitLayerNormTanhCat(pieces, layers), (torch.randn(256, pieces * 32),)
@@ -214,6 +253,7 @@ SETS: dict[str, list[RealModel]] = {
         RealModel("mixtral-moe", _mixtral),
         RealModel("dlrm-26", _dlrm),
     ],
+    "issue31": [RealModel(f"sparse-arch-{n}", _sparse_arch(n)) for n in (8, 26, 100)],
     "issue33": [RealModel(f"seed-{p}x{n}", _seed(p, n)) for p, n in ((48, 4), (96, 8), (192, 16))],
     "more": [
         RealModel("bert", _bert),

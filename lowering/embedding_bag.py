@@ -1,24 +1,31 @@
-"""Embedding bags of a fixed size, lowered to Inductor reductions and scatters instead of ATen's kernels.
+"""Embedding bags lowered to Inductor reductions and scatters instead of ATen's kernels.
 
 Stock Inductor calls ATen's ``_embedding_bag`` (or ``_embedding_bag_forward_only``) kernel for every
 ``nn.EmbeddingBag``, and ATen's ``_embedding_bag_backward`` for its gradient (sort-based: about twenty launches per
 table on a GPU). A recommendation model with 26 tables launches hundreds of kernels that nothing can merge. With
 bags of one fixed size (2-d inputs, which ``F.embedding_bag`` turns into ``offsets = arange(0, B*L, L)``), a bag is
 a sum over ``L`` rows of the table: an Inductor reduction, which fuses with what follows and which
-``IdenticalKernelsToMemberTableKernel`` merges across tables; its gradient is one scatter-add into zeros.
+``IdenticalKernelsToMemberTableKernel`` merges across tables; its gradient is one scatter-add into zeros. With
+offsets that come with the batch (jagged features), each id's row is scatter-added into its bag, the bag found by a
+binary search of the offsets, and its gradient scatter-added back the same way: kernels that merge across tables
+too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from typing import Any
 
+import sympy
 import torch
 from torch._inductor import ir
+from torch._inductor.codegen.common import BackendFeature
 from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
 from torch.fx.operator_schemas import normalize_function
+from torch.utils._pytree import tree_map
 from torch.utils._sympy.functions import FloorDiv
 
 from optimus_ir import index_math
@@ -30,6 +37,11 @@ _SUM, _MEAN = 0, 1  # ATen's embedding_bag modes (2 is max)
 
 #: ``node.meta`` key of an ``_embedding_bag_backward`` whose offsets the joint graph shows to be ``iota(B, 0, L)``
 _REGULAR_BAG_SIZE = "optimus_ir_regular_bag_size"
+
+
+def _only_pooled_read(fx_node: Any) -> bool:
+    """Whether only the pooled output (``getitem 0``) of an ``_embedding_bag`` FX node is read."""
+    return all(user.target is operator.getitem and user.args[1] == 0 for user in fx_node.users)
 
 
 def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
@@ -62,7 +74,8 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
 
     Only where nothing reads the other three outputs (inference; training where the backward is
     ``EmbeddingBagBackwardOfRegularBagsToScatterAdd``'s), without per-sample weights, padding index or
-    ``include_last_offset``, in sum or mean mode, with static sizes.
+    ``include_last_offset``, in sum or mean mode, with static sizes. Other bags are
+    ``EmbeddingBagOfRuntimeOffsetsToScatterAdd``'s.
     """
 
     name = "EmbeddingBagOfRegularBagsToReduction"
@@ -84,18 +97,19 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        if mode not in (_SUM, _MEAN):
-            raise Reject("max mode")
-        if per_sample_weights is not None or include_last_offset or padding_idx not in (-1, None):
-            raise Reject("per-sample weights, include_last_offset or a padding index")
-        if any(user.target is not operator.getitem or user.args[1] != 0 for user in fx_node.users):
-            raise Reject("offset2bag / bag_size / max_indices are read (training): ATen's kernel computes them")
+        # where this special case does not hold, EmbeddingBagOfRuntimeOffsetsToScatterAdd decides (and says why not)
         if not index_math.is_static([*weight.get_size(), *indices.get_size()]):
-            raise Reject("symbolic sizes")
+            raise NotApplicable("symbolic sizes")
         (numel,) = [int(s) for s in indices.get_size()]
         bag = _regular_bag_size(fx_node.args[2], numel)
         if bag is None:
-            raise Reject("offsets are not proven to be iota(B, start=0, step=L): other bags need ATen's kernel")
+            raise NotApplicable("offsets are not iota(B, start=0, step=L)")
+        if mode not in (_SUM, _MEAN) or per_sample_weights is not None or include_last_offset:
+            raise NotApplicable("max mode, per-sample weights or include_last_offset")
+        if padding_idx not in (-1, None):
+            raise NotApplicable("a padding index")
+        if not _only_pooled_read(fx_node):
+            raise NotApplicable("offset2bag / bag_size / max_indices are read")
         rows, dim = (int(s) for s in weight.get_size())
         bags = numel // bag
         weight_loader, indices_loader = weight.make_loader(), indices.make_loader()
@@ -192,12 +206,10 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
             value = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
             numel = value.numel() if isinstance(value, torch.Tensor) else None
             bag = _regular_bag_size(node.args[2], numel) if isinstance(numel, int) else None
-            if bag is None:
-                continue
-            node.meta[_REGULAR_BAG_SIZE] = bag
             arguments = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
-            if arguments is None or _unsupported(**arguments.kwargs) is not None:
-                continue
+            if bag is None or arguments is None or _unsupported(**arguments.kwargs) is not None:
+                continue  # EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd's
+            node.meta[_REGULAR_BAG_SIZE] = bag
             device, bags = value.device, numel // bag
             offsets = node.args[2]
             with graph.inserting_before(node):
@@ -232,14 +244,9 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        reason = _unsupported(mode, scale_grad_by_freq, sparse, per_sample_weights, padding_idx)
-        if reason is not None:
-            raise Reject(reason)
-        if not index_math.is_static([*grad.get_size(), *indices.get_size(), num_weights]):
-            raise Reject("symbolic sizes")
-        bag = fx_node.meta.get(_REGULAR_BAG_SIZE)
+        bag = fx_node.meta.get(_REGULAR_BAG_SIZE)  # (set only where supported, with static sizes)
         if bag is None:
-            raise Reject("offsets are not proven to be iota(B, start=0, step=L) in the joint graph")
+            raise NotApplicable("not regular bags, or not supported")  # EmbeddingBagBackwardOfRuntimeOffsets...
         (numel,) = (int(s) for s in indices.get_size())
         dim = int(grad.get_size()[1])
         dtype = grad.get_dtype()
@@ -261,3 +268,300 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         kind = "mean" if mode == _MEAN else "sum"
         detail = f"gradient of {numel // bag} {kind} bags of {bag} rows → a scatter-add into a {num_weights}x{dim} table"
         return to_dtype(grad_weight, dtype), detail
+
+
+# ------------------------------------------------------------------------------------------------ runtime offsets
+
+#: ``node.meta`` key of an ``_embedding_bag_backward`` that ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``
+#: prepared in the joint graph
+_RUNTIME_OFFSETS = "optimus_ir_runtime_offsets"
+
+
+def _runtime_unsupported(
+    mode: int, scale_grad_by_freq: bool = False, sparse: bool = False, padding_idx: int | None = -1, **_: Any
+) -> str | None:
+    """Why the runtime-offsets rules leave an embedding bag (or its gradient) to ATen, or None."""
+    if sparse:
+        return "sparse gradient"
+    if mode not in (_SUM, _MEAN):
+        return "max mode"
+    if scale_grad_by_freq:
+        return "scale_grad_by_freq"
+    if mode == _MEAN and padding_idx not in (-1, None):
+        return "a padding index in mean mode (a bag's mean counts its other ids)"
+    if torch.are_deterministic_algorithms_enabled():
+        return "deterministic algorithms: float atomic adds are not"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bags:
+    """Bags given by runtime offsets, as ATen's CUDA kernels read them: bag ``b`` holds the ids at positions
+    ``[offsets[b], end(b))``, ``end(b) = offsets[b + 1]``, or the number of ids for the last bag without
+    ``include_last_offset``; ids in no bag (before ``offsets[0]``, from the last offset on) are not read."""
+
+    offsets: Any  # a realized TensorBox, contiguous from its buffer's start (ops.bucketize reads it from there)
+    count: int
+    numel: int
+
+    @classmethod
+    def of(cls, offsets: Any, count: int, numel: int) -> _Bags:
+        offsets = ir.TensorBox(ir.ExternKernel.realize_input(offsets))
+        layout = offsets.get_layout()
+        if layout.offset != 0 or layout.stride[-1] != 1:  # a view of a [T, B+1] offsets tensor
+            offsets = ir.TensorBox(ir.ExternKernel.copy_input(offsets))
+        return cls(offsets, count, numel)
+
+    def bag_of(self, position: Any) -> tuple[Any, Any]:
+        """The bag of the id at ``position`` (an index) and whether it is in one, as ``ops`` values."""
+        dtype = self.offsets.get_dtype()
+        boundaries = (self.offsets.get_name(), sympy.Integer(self.count), sympy.Integer(self.count), sympy.Integer(1))
+        after = ops.bucketize(ops.index_expr(position, dtype), boundaries, 0, torch.int64, True)
+        bag = after - ops.constant(1, torch.int64)
+        valid = ops.ge(bag, ops.constant(0, torch.int64))
+        if self.offsets.get_size()[0] > self.count:  # include_last_offset: ids from offsets[count] on are in none
+            last = self.offsets.make_loader()([sympy.Integer(self.count)])
+            valid = ops.and_(valid, ops.lt(ops.index_expr(position, dtype), last))
+        return bag, valid
+
+    def size(self, bag: sympy.Expr) -> Any:
+        """The number of ids in bag ``bag`` (an index), as an int64 ``ops`` value. Without ``include_last_offset``
+        the last bag ends at the number of ids, a constant of the body: tables of other id counts then have other
+        bodies, which do not merge."""
+        load = self.offsets.make_loader()
+        begin = ops.to_dtype(load([bag]), torch.int64)
+        if self.offsets.get_size()[0] > self.count:
+            end = ops.to_dtype(load([bag + 1]), torch.int64)
+        else:
+            following = ops.to_dtype(load([sympy.Min(bag + 1, self.count - 1)]), torch.int64)
+            is_last = ops.ge(ops.index_expr(bag, torch.int64), ops.constant(self.count - 1, torch.int64))
+            end = ops.where(is_last, ops.constant(self.numel, torch.int64), following)
+        return end - begin
+
+
+def _low_precision(dtype: torch.dtype) -> bool:
+    return dtype in (torch.float16, torch.bfloat16)
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if _low_precision(dtype) else dtype
+
+
+class EmbeddingBagOfRuntimeOffsetsToScatterAdd(LoweringRule):
+    """``_embedding_bag`` / ``_embedding_bag_forward_only`` with offsets known only at run time (jagged features)
+    → zeros and one atomic scatter-add of each id's row into its bag, the bag found by a binary search of the
+    offsets: Triton kernels that fuse with what follows and that the horizontal pass merges across tables, where
+    ATen runs one kernel per table.
+
+    Before (``nn.EmbeddingBag(N, D, mode="sum")(ids, offsets)``; ids [T], offsets [B] or [B+1])::
+
+        out, offset2bag, bag_size, max_indices = _embedding_bag(weight, ids, offsets, ...)   # ATen, per table
+
+    After::
+
+        pooled = zeros(B, D)                                     # fp32 for low-precision tables
+        bag(t) = bucketize(t, offsets[:B], right=True) - 1       # the bag of position t
+        pooled[bag(t), d] += weight[ids[t], d] * psw[t]          # ir.Scatter, atomic_add; 0 where t is in no bag
+        out = pooled / max(size(bag), 1)                         # mean mode (fuses into the consumer)
+
+    Sum and mean modes, per-sample weights, a padding index (sum mode), ``include_last_offset``, 1-D ids, static
+    sizes, not in deterministic mode (float atomics add in any order), and only where nothing reads the other
+    three outputs (inference; training where the backward is ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``'s).
+    """
+
+    name = "EmbeddingBagOfRuntimeOffsetsToScatterAdd"
+    pass_name = "horizontal"
+    op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+    may_add_launches = True  # two kernels per table where ATen has one, until the tables' kernels merge
+
+    def rewrite(
+        self,
+        weight: Any,
+        indices: Any,
+        offsets: Any,
+        scale_grad_by_freq: bool = False,
+        mode: int = 0,
+        sparse: bool = False,
+        per_sample_weights: Any = None,
+        include_last_offset: bool = False,
+        padding_idx: int = -1,
+    ) -> tuple[Any, str]:
+        fx_node = V.graph.current_node
+        if fx_node is None:
+            raise NotApplicable("no FX node")
+        reason = _runtime_unsupported(mode, padding_idx=padding_idx)
+        if reason is not None:
+            raise Reject(reason)
+        if not _only_pooled_read(fx_node):
+            raise Reject("offset2bag / bag_size / max_indices are read: ATen's kernel computes them")
+        if not index_math.is_static([*weight.get_size(), *indices.get_size(), *offsets.get_size()]):
+            raise Reject("symbolic sizes")
+        if len(indices.get_size()) != 1 or not weight.get_dtype().is_floating_point:
+            raise Reject("ids of more than one dimension, or an integer table")
+        if not V.graph.has_feature(offsets, BackendFeature.BUCKETIZE):
+            raise Reject(f"no bucketize on {offsets.get_device()}")
+        rows, dim = (int(s) for s in weight.get_size())
+        numel, count = int(indices.get_size()[0]), int(offsets.get_size()[0]) - int(include_last_offset)
+        bags = _Bags.of(offsets, count, numel)
+        dtype, acc = weight.get_dtype(), _accumulator(weight.get_dtype())
+        ids, table = indices.make_loader(), weight.make_loader()
+        weights = None if per_sample_weights is None else per_sample_weights.make_loader()
+        padding = None if padding_idx in (-1, None) else padding_idx
+
+        def bag_fn(index: list[Any]) -> Any:
+            bag, valid = bags.bag_of(index[0])
+            return ops.where(valid, bag, ops.constant(0, torch.int64))  # (adding 0 there)
+
+        def value_fn(index: list[Any]) -> Any:
+            position, d = index
+            _, valid = bags.bag_of(position)
+            if padding is not None:
+                valid = ops.and_(valid, ops.ne(ids([position]), ops.constant(padding, indices.get_dtype())))
+            value = ops.to_dtype(table([ops.indirect_indexing(ids([position]), rows), d]), acc)
+            if weights is not None:
+                value = value * ops.to_dtype(weights([position]), acc)
+            return ops.where(valid, value, ops.constant(0, acc))
+
+        device = weight.get_device()
+        bag_index = ir.Pointwise.create(device=device, dtype=torch.int64, inner_fn=bag_fn, ranges=[numel])
+        values = ir.Pointwise.create(device=device, dtype=acc, inner_fn=value_fn, ranges=[numel, dim])
+        zeros = full([count, dim], 0, dtype=acc, device=device)
+        pooled = lowerings[aten._unsafe_index_put.default](zeros, [bag_index], values, True)
+        kind = "mean" if mode == _MEAN else "sum"
+        detail = (
+            f"{numel} ids in {count} bags of runtime offsets, a {rows}x{dim} table → a {kind} scatter-add "
+            f"(accumulated in {acc})"
+        )
+        if mode == _SUM and acc == dtype:
+            return (pooled, None, None, None), detail
+        load = pooled.make_loader()
+
+        def output_fn(index: list[Any]) -> Any:
+            value = load(index)
+            if mode == _MEAN:
+                size = ops.maximum(bags.size(index[0]), ops.constant(1, torch.int64))  # an empty bag's mean is 0
+                value = value / ops.to_dtype(size, acc)
+            return ops.to_dtype(value, dtype)
+
+        out = ir.Pointwise.create(device=device, dtype=dtype, inner_fn=output_fn, ranges=[count, dim])
+        return (out, None, None, None), detail
+
+
+def _traced_call(graph: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+    """``graph.call_function(target, args, kwargs)`` with its ``meta["val"]`` (run on its arguments' values)."""
+    node = graph.call_function(target, args, kwargs)
+    value_of = lambda a: a.meta["val"] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+    node.meta["val"] = target(*tree_map(value_of, args), **tree_map(value_of, kwargs))
+    return node
+
+
+class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
+    """``_embedding_bag_backward`` of bags of runtime offsets → zeros and one atomic scatter-add of each id's bag
+    gradient into its row, the bag found by a binary search of the offsets, instead of ATen's sort-based kernels
+    (about twenty launches per table); the tables' scatters merge into one kernel.
+
+    Before (the backward of a training step)::
+
+        grad_weight = _embedding_bag_backward(grad, ids, offsets, offset2bag, bag_size, max_indices, N, ...)
+
+    After::
+
+        grad_weight = zeros(N, D)
+        grad_weight[ids[t], d] += grad[bag(t), d] * psw[t] / size(bag(t))    # ir.Scatter, atomic_add (mean: /size)
+
+    Sum and mean modes, per-sample weights, a padding index (sum mode: its row gets 0), ``include_last_offset``,
+    static sizes, dense gradients of fp32 tables (a low-precision table's fp32 accumulator would raise the peak),
+    not in deterministic mode.
+    """
+
+    name = "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"
+    pass_name = "horizontal"
+    op = aten._embedding_bag_backward.default
+
+    def prepare_joint_graph(self, graph: Any) -> None:
+        """Give each backward this rule makes ``offset2bag`` and ``max_indices`` empty and ``bag_size`` computed
+        from the offsets, so that the forward saves nothing of its bags (and
+        ``EmbeddingBagOfRuntimeOffsetsToScatterAdd`` lowers it). ATen computes the same gradient from them: it
+        rebuilds an empty ``offset2bag`` from the offsets, reads ``max_indices`` in max mode only and ``bag_size``
+        in mean mode, where (without a padding index) it is the offsets' difference."""
+        for node in graph.find_nodes(op="call_function", target=self.op):
+            arguments = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+            if _REGULAR_BAG_SIZE in node.meta or arguments is None or _runtime_unsupported(**arguments.kwargs):
+                continue
+            grad, indices, offsets = node.args[:3]
+            values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in (grad, indices, offsets)]
+            if not all(isinstance(v, torch.Tensor) for v in values):
+                continue
+            if not index_math.is_static([*values[0].shape, *values[1].shape, *values[2].shape]):
+                continue
+            bags, numel, count = int(values[0].shape[0]), values[1].numel(), values[2].numel()
+            if count not in (bags, bags + 1) or _low_precision(values[0].dtype):
+                continue
+            options = {"dtype": values[2].dtype, "device": values[2].device}
+            with graph.inserting_before(node), torch._guards.detect_fake_mode(values) or contextlib.nullcontext():
+                begins = _traced_call(graph, aten.slice.Tensor, offsets, 0, 0, bags)
+                ends = _traced_call(graph, aten.slice.Tensor, offsets, 0, 1, bags + 1)
+                if count == bags:  # the last bag ends at the last id
+                    ends = _traced_call(graph, aten.constant_pad_nd.default, ends, [0, 1], numel)
+                sizes = _traced_call(graph, aten.sub.Tensor, ends, begins)
+                empty = _traced_call(graph, aten.full.default, [0], 0, **options)
+            node.args = (*node.args[:3], empty, sizes, empty, *node.args[6:])
+            node.meta[_RUNTIME_OFFSETS] = True
+
+    def rewrite(
+        self,
+        grad: Any,
+        indices: Any,
+        offsets: Any,
+        offset2bag: Any,
+        bag_size: Any,
+        maximum_indices: Any,
+        num_weights: int,
+        scale_grad_by_freq: bool,
+        mode: int,
+        sparse: bool,
+        per_sample_weights: Any,
+        padding_idx: int = -1,
+    ) -> tuple[Any, str]:
+        fx_node = V.graph.current_node
+        if fx_node is None:
+            raise NotApplicable("no FX node")
+        if not fx_node.meta.get(_RUNTIME_OFFSETS):
+            reason = _runtime_unsupported(mode, scale_grad_by_freq, sparse, padding_idx)
+            if reason is None and _low_precision(grad.get_dtype()):
+                # accumulated in fp32 (one rounding, as ATen), the gradient would need a table-sized fp32 buffer
+                # beside the table's own: peak memory above stock's (ATen accumulates row by row)
+                reason = f"a {grad.get_dtype()} table: an fp32 accumulator of the whole table would raise the peak"
+            raise Reject(reason or "not prepared in the joint graph (symbolic sizes)")
+        if not V.graph.has_feature(offsets, BackendFeature.BUCKETIZE):
+            raise Reject(f"no bucketize on {offsets.get_device()}")
+        count, dim = (int(s) for s in grad.get_size())
+        numel = int(indices.get_size()[0])
+        bags = _Bags.of(offsets, count, numel)
+        dtype = grad.get_dtype()  # (fp32 or fp64: prepare_joint_graph leaves low precision to ATen)
+        load_grad, ids, sizes = grad.make_loader(), indices.make_loader(), bag_size.make_loader()
+        weights = None if per_sample_weights is None else per_sample_weights.make_loader()
+        padding = None if padding_idx in (-1, None) else padding_idx
+
+        def value_fn(index: list[Any]) -> Any:
+            position, d = index
+            bag, valid = bags.bag_of(position)
+            if padding is not None:  # ATen leaves the padding row's gradient 0
+                valid = ops.and_(valid, ops.ne(ids([position]), ops.constant(padding, indices.get_dtype())))
+            row = ops.indirect_indexing(ops.where(valid, bag, ops.constant(0, torch.int64)), count, check=False)
+            value = load_grad([row, d])
+            if weights is not None:
+                value = value * weights([position])
+            if mode == _MEAN:  # (bag_size as prepare_joint_graph computed it; a bag with an id has at least 1)
+                value = value / ops.to_dtype(sizes([row]), dtype)
+            return ops.where(valid, value, ops.constant(0, dtype))
+
+        values = ir.Pointwise.create(device=grad.get_device(), dtype=dtype, inner_fn=value_fn, ranges=[numel, dim])
+        zeros = full([num_weights, dim], 0, dtype=dtype, device=grad.get_device())
+        grad_weight = lowerings[aten._unsafe_index_put.default](zeros, [indices], values, True)
+        kind = "mean" if mode == _MEAN else "sum"
+        detail = (
+            f"gradient of {count} {kind} bags of runtime offsets ({numel} ids) → a scatter-add into a "
+            f"{num_weights}x{dim} table"
+        )
+        return grad_weight, detail

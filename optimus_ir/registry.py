@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRegularBagsToScatterAdd,
+    EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagOfRegularBagsToReduction,
+    EmbeddingBagOfRuntimeOffsetsToScatterAdd,
 )
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
@@ -38,8 +40,10 @@ RULES: tuple[Rule, ...] = (
     SplitOfCatToInputs(),
     SplitWithSizesOfCatToInputs(),
     # horizontal, lowering (and the joint graph)
-    EmbeddingBagOfRegularBagsToReduction(),
+    EmbeddingBagOfRegularBagsToReduction(),  # bags of one size; the next two take all others
     EmbeddingBagBackwardOfRegularBagsToScatterAdd(),
+    EmbeddingBagOfRuntimeOffsetsToScatterAdd(),
+    EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
     # splitcat, lowering
     SplitCatToPointwise(),
     CatConsumerIntoPieces(),

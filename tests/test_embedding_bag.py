@@ -72,26 +72,137 @@ def test_fires_under_no_grad_on_trainable_tables():
     torch.testing.assert_close(actual, serve(ids))
 
 
+RUNTIME_RULE = "EmbeddingBagOfRuntimeOffsetsToScatterAdd"
+
+
 @pytest.mark.parametrize(
-    "call, reason",
+    "call, rule",
     [
-        (lambda w, ids: F.embedding_bag(ids, w, mode="max"), "max mode"),
         (lambda w, ids: F.embedding_bag(ids, w, mode="sum", per_sample_weights=torch.ones_like(ids, dtype=w.dtype)),
-         "per-sample weights"),
+         RUNTIME_RULE),
         (lambda w, ids: F.embedding_bag(ids.flatten(), w, offsets=torch.tensor([0, 5, 9, 12, 20, 21, 22, 23])),
-         "offsets are not proven"),
-        (lambda w, ids: F.embedding_bag(ids, w, padding_idx=0), "padding index"),
+         RUNTIME_RULE),
+        (lambda w, ids: F.embedding_bag(ids, w, mode="sum", padding_idx=0), RUNTIME_RULE),
+        (lambda w, ids: F.embedding_bag(ids, w), RULE),
     ],
-    ids=["max", "per-sample weights", "ragged offsets", "padding_idx"],
+    ids=["per-sample weights", "ragged offsets", "padding_idx", "regular"],
 )
-def test_must_not_fire(call, reason):
+def test_regular_bags_are_the_special_case(call, rule):
+    # bags of one size without per-sample weights or padding are reductions; the others scatter-adds
     weight, ids = torch.randn(50, 16), torch.randint(0, 50, (8, 3))
-    actual, records = _interpreted(call, weight, ids)
-    assert records and not any(r.fired for r in records) and reason in records[0].detail, records
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(call)(weight, ids)
+    decisions = [r for r in records if r.rule in (RULE, RUNTIME_RULE)]
+    assert [(r.rule, r.fired) for r in decisions] == [(rule, True)], decisions
     torch.testing.assert_close(actual, call(weight, ids))
 
 
+@pytest.mark.parametrize(
+    "call, reason",
+    [
+        (lambda w, ids, offsets: F.embedding_bag(ids, w, offsets, mode="max"), "max mode"),
+        (lambda w, ids, offsets: F.embedding_bag(ids, w, offsets, mode="mean", padding_idx=0),
+         "a padding index in mean mode"),
+    ],
+    ids=["max", "mean with padding_idx"],
+)
+def test_must_not_fire(call, reason):
+    weight, ids, offsets = torch.randn(50, 16), torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(call)(weight, ids, offsets)
+    decisions = [r for r in records if r.rule in (RULE, RUNTIME_RULE)]
+    assert decisions and not any(r.fired for r in decisions) and reason in decisions[0].detail, decisions
+    torch.testing.assert_close(actual, call(weight, ids, offsets))
+
+
+def test_not_in_deterministic_mode():
+    # float atomics add in any order: ATen's kernel there
+    weight, ids, offsets = torch.randn(50, 16), torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
+    call = lambda w, i, o: F.embedding_bag(i, w, o)  # noqa: E731
+    torch.use_deterministic_algorithms(True)
+    try:
+        with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+            actual = torch.compile(call)(weight, ids, offsets)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    decisions = [r for r in records if r.rule == RUNTIME_RULE]
+    assert decisions and not decisions[0].fired and "deterministic" in decisions[0].detail, decisions
+    torch.testing.assert_close(actual, call(weight, ids, offsets))
+
+
+def _jagged(rows, bags=6):
+    """Ids (the first at the table's last row) and offsets of bags of 0 to 4 ids (the second bag empty)."""
+    lengths = torch.randint(0, 5, (bags,))
+    lengths[1] = 0
+    ends = lengths.cumsum(0)
+    ids = torch.randint(0, rows, (int(ends[-1]),))
+    ids[0] = rows - 1
+    return ids, torch.cat([torch.zeros(1, dtype=torch.long), ends])
+
+
+@pytest.mark.parametrize(
+    "mode, dtype, weighted, padding_idx, include_last_offset",
+    [
+        ("sum", torch.float32, False, None, False),
+        ("mean", torch.float32, False, None, False),
+        ("sum", torch.bfloat16, False, None, False),
+        ("sum", torch.float32, True, None, False),
+        ("sum", torch.float32, False, 3, False),
+        ("sum", torch.float32, False, None, True),
+        ("mean", torch.float32, False, None, True),
+    ],
+    ids=["sum", "mean", "bf16", "per-sample weights", "padding_idx", "include_last_offset", "mean, last offset"],
+)
+def test_runtime_offsets_training_step(mode, dtype, weighted, padding_idx, include_last_offset):
+    # tables of 50, 70 and 90 rows: their forward and backward scatters, numerics against eager (ATen)
+    torch.manual_seed(0)
+    tables = [
+        nn.EmbeddingBag(rows, 16, mode=mode, padding_idx=padding_idx, include_last_offset=include_last_offset).to(dtype)
+        for rows in (50, 70, 90)
+    ]
+    jagged = [_jagged(t.num_embeddings) for t in tables]
+    ids = [i for i, _ in jagged]
+    offsets = [o if include_last_offset else o[:-1] for _, o in jagged]
+    weights = [torch.rand(len(i), dtype=dtype) if weighted else None for i in ids]
+    grads = [torch.randn(6, 16, dtype=dtype) for _ in tables]
+
+    def step(ids, offsets, weights):
+        outs = [t(i, o, per_sample_weights=w) for t, i, o, w in zip(tables, ids, offsets, weights)]
+        torch.autograd.backward(outs, grads)
+        return outs
+
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(step)(ids, offsets, weights)
+    actual_grads = [t.weight.grad for t in tables]
+    for t in tables:
+        t.weight.grad = None
+    expected = step(ids, offsets, weights)
+    decisions = [(r.rule, r.fired) for r in records if r.rule.startswith("EmbeddingBag")]
+    # a low-precision table's gradient stays ATen's (an fp32 accumulator of the whole table would raise the peak),
+    # and so does its forward, whose offset2bag and bag_size that gradient reads
+    fired = dtype == torch.float32
+    assert sorted(decisions) == [(BACKWARD_RUNTIME_RULE, fired)] * 3 + [(RUNTIME_RULE, fired)] * 3, decisions
+    tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(actual, expected, **tolerance)
+    torch.testing.assert_close(actual_grads, [t.weight.grad for t in tables], **tolerance)
+
+
+def test_tables_of_different_rows_share_one_scatter_kernel():
+    # one body for the three tables' forward scatters: each member's row count (the bound of its ids) is read from
+    # the member table, not the first member's
+    tables = [torch.randn(rows, 16, requires_grad=True) for rows in (50, 70, 90)]
+    jagged = [_jagged(t.shape[0], bags=64) for t in tables]
+
+    def step(*args):
+        return [F.embedding_bag(i, t, o[:-1], mode="sum") for i, o, t in zip(args[:3], args[3:6], args[6:])]
+
+    report = compile_report(step, (*[i for i, _ in jagged], *[o for _, o in jagged], *tables))
+    merged = [k for k in report.kernels if "bucketize_binary_search" in k.source and "irows" in k.source]
+    assert merged and "tl.device_assert" in merged[0].source, [k.source for k in report.kernels]
+
+
 BACKWARD_RULE = "EmbeddingBagBackwardOfRegularBagsToScatterAdd"
+BACKWARD_RUNTIME_RULE = "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean"])
@@ -125,29 +236,25 @@ def test_training_backward_becomes_a_scatter_add(mode, dtype):
     "kwargs, reason",
     [
         ({"mode": "max"}, "max mode"),
-        ({"padding_idx": 0}, "padding index"),
+        ({"mode": "mean", "padding_idx": 0}, "a padding index in mean mode"),
         ({"scale_grad_by_freq": True}, "scale_grad_by_freq"),
         ({"sparse": True}, None),  # its backward is not _embedding_bag_backward: no decision at all
-        ({"offsets": torch.tensor([0, 5, 9, 12, 20, 21, 22, 23])}, "not proven"),
     ],
-    ids=["max", "padding_idx", "scale_grad_by_freq", "sparse", "ragged offsets"],
+    ids=["max", "mean with padding_idx", "scale_grad_by_freq", "sparse"],
 )
 def test_backward_must_not_fire(kwargs, reason):
     weight = torch.randn(50, 16, requires_grad=True)
     ids = torch.randint(0, 50, (8, 3))
-    offsets = kwargs.pop("offsets", None)
-    if offsets is not None:
-        ids = ids.flatten()
     grad = torch.randn(8, 16)
 
     def step(weight, ids):
-        F.embedding_bag(ids, weight, offsets, **kwargs).backward(grad)
+        F.embedding_bag(ids, weight, **kwargs).backward(grad)
 
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
         torch.compile(step)(weight, ids)
     actual, weight.grad = weight.grad, None
     step(weight, ids)
-    decisions = [r for r in records if r.rule == BACKWARD_RULE]
+    decisions = [r for r in records if r.rule in (BACKWARD_RULE, BACKWARD_RUNTIME_RULE)]
     assert not any(r.fired for r in decisions), decisions
     assert reason is None or (decisions and reason in decisions[0].detail), decisions
     torch.testing.assert_close(actual.to_dense(), weight.grad.to_dense())

@@ -217,3 +217,52 @@ HORIZONTAL_CASES.append(
         atol=1e-4,
     )
 )
+
+
+#: bags of 0 to 5 ids (two empty), per table of the runtime-offsets cases
+_BAG_LENGTHS = (3, 0, 2, 5, 1, 0, 4, 2)
+
+
+def _jagged(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids and offsets of :data:`_BAG_LENGTHS` bags from a table of ``rows`` rows; the first id its last row."""
+    lengths = torch.tensor(_BAG_LENGTHS)
+    ids = torch.randint(0, rows, (int(lengths.sum()),))
+    ids[0] = rows - 1
+    return ids, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+
+
+def embedding_bags_runtime_offsets_training(*args):
+    # jagged features in a training step: 4 tables of 50 to 90 rows, bags of runtime offsets (empty ones too), ids
+    # with per-sample weights, a padding id
+    ids, offsets, weights, tables = args[0:4], args[4:8], args[8:12], args[12:16]
+    return [
+        F.embedding_bag(i, table, o, mode="sum", per_sample_weights=w, padding_idx=0)
+        for i, o, w, table in zip(ids, offsets, weights, tables)
+    ]
+
+
+def _runtime_offsets_inputs() -> tuple[torch.Tensor, ...]:
+    rows = (50, 70, 90, 60)
+    jagged = [_jagged(n) for n in rows]
+    ids, offsets = [i for i, _ in jagged], [o for _, o in jagged]
+    ids[2][1] = 0  # a padding id
+    weights = [torch.rand(len(i)) for i in ids]
+    return (*ids, *offsets, *weights, *[torch.randn(n, 16, requires_grad=True) for n in rows])
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "embedding_bags_runtime_offsets_training",
+        embedding_bags_runtime_offsets_training,
+        _runtime_offsets_inputs,
+        8,
+        # forward: per table zeros and a scatter-add into its bags, the tables' kernels merged (4 ATen calls → 2
+        # kernels: one body for tables of different rows, each member's bound read from the member table);
+        # backward: per table zeros and a scatter-add into its rows (4 ATen calls, ~20 launches each on a GPU → 5
+        # kernels: at this size, merging all would raise the estimated peak where the incoming gradients are freed
+        # after their last reader)
+        7,
+        ("EmbeddingBagOfRuntimeOffsetsToScatterAdd", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"),
+        atol=1e-4,
+    )
+)
