@@ -20,7 +20,7 @@ from typing import Any
 
 import sympy
 import torch
-from torch._inductor import ir
+from torch._inductor import config, ir
 from torch._inductor.codegen.common import BackendFeature
 from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
@@ -28,7 +28,7 @@ from torch.fx.operator_schemas import normalize_function
 from torch.utils._pytree import tree_map
 from torch.utils._sympy.functions import FloorDiv
 
-from optimus_ir import index_math
+from optimus_ir import index_math, segment_sum
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
@@ -75,7 +75,7 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
     Only where nothing reads the other three outputs (inference; training where the backward is
     ``EmbeddingBagBackwardOfRegularBagsToScatterAdd``'s), without per-sample weights, padding index or
     ``include_last_offset``, in sum or mean mode, with static sizes. Other bags are
-    ``EmbeddingBagOfRuntimeOffsetsToScatterAdd``'s.
+    ``EmbeddingBagOfRuntimeOffsetsToSegmentSum``'s.
     """
 
     name = "EmbeddingBagOfRegularBagsToReduction"
@@ -97,7 +97,7 @@ class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        # where this special case does not hold, EmbeddingBagOfRuntimeOffsetsToScatterAdd decides (and says why not)
+        # where this special case does not hold, EmbeddingBagOfRuntimeOffsetsToSegmentSum decides (and says why not)
         if not index_math.is_static([*weight.get_size(), *indices.get_size()]):
             raise NotApplicable("symbolic sizes")
         (numel,) = [int(s) for s in indices.get_size()]
@@ -324,19 +324,17 @@ class _Bags:
             valid = ops.and_(valid, ops.lt(ops.index_expr(position, dtype), last))
         return bag, valid
 
-    def size(self, bag: sympy.Expr) -> Any:
-        """The number of ids in bag ``bag`` (an index), as an int64 ``ops`` value. Without ``include_last_offset``
-        the last bag ends at the number of ids, a constant of the body: tables of other id counts then have other
-        bodies, which do not merge."""
+    def bounds(self, bag: sympy.Expr) -> tuple[Any, Any]:
+        """Where bag ``bag`` (an index) begins and ends among the ids, as int64 ``ops`` values; without
+        ``include_last_offset`` the last bag's end is -1, ``segment_sum``'s "the number of ids" (not a constant of
+        the body: tables of other id counts share it)."""
         load = self.offsets.make_loader()
         begin = ops.to_dtype(load([bag]), torch.int64)
         if self.offsets.get_size()[0] > self.count:
-            end = ops.to_dtype(load([bag + 1]), torch.int64)
-        else:
-            following = ops.to_dtype(load([sympy.Min(bag + 1, self.count - 1)]), torch.int64)
-            is_last = ops.ge(ops.index_expr(bag, torch.int64), ops.constant(self.count - 1, torch.int64))
-            end = ops.where(is_last, ops.constant(self.numel, torch.int64), following)
-        return end - begin
+            return begin, ops.to_dtype(load([bag + 1]), torch.int64)
+        following = ops.to_dtype(load([sympy.Min(bag + 1, self.count - 1)]), torch.int64)
+        is_last = ops.ge(ops.index_expr(bag, torch.int64), ops.constant(self.count - 1, torch.int64))
+        return begin, ops.where(is_last, ops.constant(-1, torch.int64), following)
 
 
 def _low_precision(dtype: torch.dtype) -> bool:
@@ -347,11 +345,26 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if _low_precision(dtype) else dtype
 
 
-class EmbeddingBagOfRuntimeOffsetsToScatterAdd(LoweringRule):
+def _triton_kernels(device: torch.device) -> bool:
+    """Whether Inductor writes Triton kernels for ``device``."""
+    backend = {"cuda": config.cuda_backend, "cpu": config.cpu_backend}.get(device.type)
+    return backend == "triton"
+
+
+def _contiguous_run(box: Any) -> tuple[str, int]:
+    """A 1-D input realized with unit stride (copied where it has another): its buffer and offset into it."""
+    realized = ir.ExternKernel.realize_input(box)
+    if realized.get_layout().stride[-1] != 1:
+        realized = ir.ExternKernel.copy_input(realized)
+    return realized.get_name(), int(realized.get_layout().offset)
+
+
+class EmbeddingBagOfRuntimeOffsetsToSegmentSum(LoweringRule):
     """``_embedding_bag`` / ``_embedding_bag_forward_only`` with offsets known only at run time (jagged features)
-    → zeros and one atomic scatter-add of each id's row into its bag, the bag found by a binary search of the
-    offsets: Triton kernels that fuse with what follows and that the horizontal pass merges across tables, where
-    ATen runs one kernel per table.
+    → a pointwise node whose value at ``[b, d]`` is the sum of bag ``b``'s rows (``ops.segment_sum``,
+    :mod:`optimus_ir.segment_sum`): it fuses into what reads it (a layer norm reads each bag straight from the
+    table; no pooled buffer), and the horizontal pass merges the tables' kernels, where ATen runs one kernel per
+    table.
 
     Before (``nn.EmbeddingBag(N, D, mode="sum")(ids, offsets)``; ids [T], offsets [B] or [B+1])::
 
@@ -359,20 +372,19 @@ class EmbeddingBagOfRuntimeOffsetsToScatterAdd(LoweringRule):
 
     After::
 
-        pooled = zeros(B, D)                                     # fp32 for low-precision tables
-        bag(t) = bucketize(t, offsets[:B], right=True) - 1       # the bag of position t
-        pooled[bag(t), d] += weight[ids[t], d] * psw[t]          # ir.Scatter, atomic_add; 0 where t is in no bag
-        out = pooled / max(size(bag), 1)                         # mean mode (fuses into the consumer)
+        begin(b), end(b) = offsets[b], offsets[b + 1]    # -1 (all ids) for the last bag without include_last_offset
+        out[b, d] = segment_sum(begin(b), end(b), d, ids, weight, psw, padding, mean)   # Pointwise, realized
+        # (accumulated in fp32 for low precision; mean: divided by the bag's ids other than padding, at least 1)
 
-    Sum and mean modes, per-sample weights, a padding index (sum mode), ``include_last_offset``, 1-D ids, static
-    sizes, not in deterministic mode (float atomics add in any order), and only where nothing reads the other
-    three outputs (inference; training where the backward is ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``'s).
+    Sum and mean modes, per-sample weights, a padding index, ``include_last_offset``, 1-D ids, tables with
+    contiguous rows, static sizes, on Triton devices, and only where nothing reads the other three outputs
+    (inference; training where the backward is ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``'s). Each bag
+    adds its rows in order, without atomics: deterministic.
     """
 
-    name = "EmbeddingBagOfRuntimeOffsetsToScatterAdd"
+    name = "EmbeddingBagOfRuntimeOffsetsToSegmentSum"
     pass_name = "horizontal"
     op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
-    may_add_launches = True  # two kernels per table where ATen has one, until the tables' kernels merge
 
     def rewrite(
         self,
@@ -389,61 +401,46 @@ class EmbeddingBagOfRuntimeOffsetsToScatterAdd(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        reason = _runtime_unsupported(mode, padding_idx=padding_idx)
-        if reason is not None:
-            raise Reject(reason)
+        if mode not in (_SUM, _MEAN):
+            raise Reject("max mode")
         if not _only_pooled_read(fx_node):
             raise Reject("offset2bag / bag_size / max_indices are read: ATen's kernel computes them")
         if not index_math.is_static([*weight.get_size(), *indices.get_size(), *offsets.get_size()]):
             raise Reject("symbolic sizes")
         if len(indices.get_size()) != 1 or not weight.get_dtype().is_floating_point:
             raise Reject("ids of more than one dimension, or an integer table")
-        if not V.graph.has_feature(offsets, BackendFeature.BUCKETIZE):
-            raise Reject(f"no bucketize on {offsets.get_device()}")
+        if not _triton_kernels(weight.get_device()):
+            raise Reject(f"no Triton kernels on {weight.get_device()} (segment_sum is written for Triton)")
+        table = ir.ExternKernel.realize_input(weight)
+        if table.get_layout().stride[-1] != 1:
+            raise Reject("a table whose rows are not contiguous (copying it would cost more than ATen's call)")
         rows, dim = (int(s) for s in weight.get_size())
         numel, count = int(indices.get_size()[0]), int(offsets.get_size()[0]) - int(include_last_offset)
         bags = _Bags.of(offsets, count, numel)
+        ids_ref = (*_contiguous_run(indices), numel)
+        weights_ref = None if per_sample_weights is None else _contiguous_run(per_sample_weights)
         dtype, acc = weight.get_dtype(), _accumulator(weight.get_dtype())
-        ids, table = indices.make_loader(), weight.make_loader()
-        weights = None if per_sample_weights is None else per_sample_weights.make_loader()
+        layout = table.get_layout()
+        table_ref = (table.get_name(), rows, int(layout.stride[0]), int(layout.offset))
         padding = None if padding_idx in (-1, None) else padding_idx
 
-        def bag_fn(index: list[Any]) -> Any:
-            bag, valid = bags.bag_of(index[0])
-            return ops.where(valid, bag, ops.constant(0, torch.int64))  # (adding 0 there)
-
-        def value_fn(index: list[Any]) -> Any:
-            position, d = index
-            _, valid = bags.bag_of(position)
-            if padding is not None:
-                valid = ops.and_(valid, ops.ne(ids([position]), ops.constant(padding, indices.get_dtype())))
-            value = ops.to_dtype(table([ops.indirect_indexing(ids([position]), rows), d]), acc)
-            if weights is not None:
-                value = value * ops.to_dtype(weights([position]), acc)
-            return ops.where(valid, value, ops.constant(0, acc))
-
-        device = weight.get_device()
-        bag_index = ir.Pointwise.create(device=device, dtype=torch.int64, inner_fn=bag_fn, ranges=[numel])
-        values = ir.Pointwise.create(device=device, dtype=acc, inner_fn=value_fn, ranges=[numel, dim])
-        zeros = full([count, dim], 0, dtype=acc, device=device)
-        pooled = lowerings[aten._unsafe_index_put.default](zeros, [bag_index], values, True)
-        kind = "mean" if mode == _MEAN else "sum"
-        detail = (
-            f"{numel} ids in {count} bags of runtime offsets, a {rows}x{dim} table → a {kind} scatter-add "
-            f"(accumulated in {acc})"
-        )
-        if mode == _SUM and acc == dtype:
-            return (pooled, None, None, None), detail
-        load = pooled.make_loader()
-
         def output_fn(index: list[Any]) -> Any:
-            value = load(index)
-            if mode == _MEAN:
-                size = ops.maximum(bags.size(index[0]), ops.constant(1, torch.int64))  # an empty bag's mean is 0
-                value = value / ops.to_dtype(size, acc)
+            bag, d = index
+            begin, end = bags.bounds(bag)
+            column = ops.index_expr(d, torch.int64)
+            mean = mode == _MEAN
+            value = segment_sum.segment_sum(begin, end, column, ids_ref, table_ref, weights_ref, padding, mean, acc)
             return ops.to_dtype(value, dtype)
 
-        out = ir.Pointwise.create(device=device, dtype=dtype, inner_fn=output_fn, ranges=[count, dim])
+        out = ir.Pointwise.create(device=weight.get_device(), dtype=dtype, inner_fn=output_fn, ranges=[count, dim])
+        # a buffer, as ATen's output was: its readers get a node to fuse with (the scheduler then keeps it in
+        # registers where they are its only readers), not the loop copied into each
+        out.realize()
+        kind = "mean" if mode == _MEAN else "sum"
+        detail = (
+            f"{numel} ids in {count} bags of runtime offsets, a {rows}x{dim} table → a {kind} of each bag's rows "
+            f"(segment_sum, accumulated in {acc})"
+        )
         return (out, None, None, None), detail
 
 
@@ -481,7 +478,7 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
     def prepare_joint_graph(self, graph: Any) -> None:
         """Give each backward this rule makes ``offset2bag`` and ``max_indices`` empty and ``bag_size`` computed
         from the offsets, so that the forward saves nothing of its bags (and
-        ``EmbeddingBagOfRuntimeOffsetsToScatterAdd`` lowers it). ATen computes the same gradient from them: it
+        ``EmbeddingBagOfRuntimeOffsetsToSegmentSum`` lowers it). ATen computes the same gradient from them: it
         rebuilds an empty ``offset2bag`` from the offsets, reads ``max_indices`` in max mode only and ``bag_size``
         in mean mode, where (without a padding index) it is the offsets' difference."""
         for node in graph.find_nodes(op="call_function", target=self.op):

@@ -15,7 +15,8 @@ hook: the lowering of each op that has rules (``torch._inductor.lowering.lowerin
 lowered operations before the scheduler is built (``GraphLowering._update_scheduler``), the wrapper rules
 (``PythonWrapperCodegen.codegen_input_size_asserts``), the codegen of our group nodes
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
-(``PythonWrapperCodegen.codegen_free``), the guard that keeps stock's code where ours would launch more kernels
+(``PythonWrapperCodegen.codegen_free``), the op ``segment_sum`` (its dtype, shape, reads and Triton code, on the handlers
+that need them), the guard that keeps stock's code where ours would launch more kernels
 (``GraphLowering.codegen``, :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
@@ -159,9 +160,30 @@ def install_compile_hooks() -> None:
     PATCHES.replace(PythonWrapperCodegen, "codegen_free", _with_regions_freed)
     PATCHES.replace(SIMDScheduling, "codegen_combo_kernel", _with_group_kernels)
     PATCHES.replace(GraphLowering, "codegen", stock_guard.codegen_hook)
+    _install_segment_sum()
     if dump.dump_dir() is not None:
         PATCHES.replace(GraphLowering, "save_output_code", lambda stock: staticmethod(dump.output_code_hook(stock)))
         dump.start()
+
+
+def _install_segment_sum() -> None:
+    """``ops.segment_sum`` (:mod:`optimus_ir.segment_sum`) on the handlers that have no default for a new op."""
+    from torch._inductor.codegen.triton import TritonKernelOverrides
+    from torch._inductor.dependencies import _RecordLoadStoreInner
+    from torch._inductor.dtype_propagation import DtypePropagationOpsHandler
+    from torch._inductor.loop_body import CaptureIndexing
+    from torch._inductor.ops_handler import DefaultHandler
+    from torch._inductor.shape_propagation import ShapePropagationOpsHandler
+
+    from optimus_ir import segment_sum  # (imports Inductor: not before the first compile)
+
+    name = segment_sum.NAME
+    PATCHES.replace(DefaultHandler, name, lambda _: DefaultHandler._call_default(name))
+    PATCHES.replace(TritonKernelOverrides, name, lambda _: staticmethod(segment_sum.triton))
+    PATCHES.replace(DtypePropagationOpsHandler, name, lambda _: staticmethod(segment_sum.dtype))
+    PATCHES.replace(ShapePropagationOpsHandler, name, lambda _: staticmethod(segment_sum.shape))
+    PATCHES.replace(_RecordLoadStoreInner, name, lambda _: segment_sum.record_reads)
+    PATCHES.replace(CaptureIndexing, name, lambda _: segment_sum.capture)
 
 
 def uninstall() -> None:

@@ -41,13 +41,14 @@ class Patches:
         self._applied: dict[tuple[int, Any], _Applied] = {}
 
     def replace(self, owner: Any, name: Any, make: Callable[[Any], Any], *, item: bool = False) -> None:
-        """Put ``make(current)`` in place of ``owner.name`` (``owner[name]`` where ``item``), unless ours is there."""
+        """Put ``make(current)`` in place of ``owner.name`` (``owner[name]`` where ``item``; ``current`` is None where
+        there is none), unless ours is there."""
         key = (id(owner), name)
         current = _raw(owner, name, item)
         applied = self._applied.get(key)
         if applied is not None and current is applied.replacement:
             return
-        visible = owner.get(name) if item else getattr(owner, name)
+        visible = owner.get(name) if item else getattr(owner, name, None)
         replacement = make(visible)
         if item:
             owner[name] = replacement

@@ -12,7 +12,7 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRegularBagsToScatterAdd,
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagOfRegularBagsToReduction,
-    EmbeddingBagOfRuntimeOffsetsToScatterAdd,
+    EmbeddingBagOfRuntimeOffsetsToSegmentSum,
 )
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
@@ -42,7 +42,7 @@ RULES: tuple[Rule, ...] = (
     # horizontal, lowering (and the joint graph)
     EmbeddingBagOfRegularBagsToReduction(),  # bags of one size; the next two take all others
     EmbeddingBagBackwardOfRegularBagsToScatterAdd(),
-    EmbeddingBagOfRuntimeOffsetsToScatterAdd(),
+    EmbeddingBagOfRuntimeOffsetsToSegmentSum(),
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
     # splitcat, lowering
     SplitCatToPointwise(),

@@ -1,5 +1,6 @@
-"""EmbeddingBagOfRegularBagsToReduction: where it fires, where it must not, and numerics (Triton's interpreter)."""
+"""The embedding-bag rules: where they fire, where they must not, and numerics (Triton's interpreter)."""
 
+import re
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
+from optimus_ir.testing.sm90 import compile_for_sm90
 
 RULE = "EmbeddingBagOfRegularBagsToReduction"
 
@@ -72,7 +74,7 @@ def test_fires_under_no_grad_on_trainable_tables():
     torch.testing.assert_close(actual, serve(ids))
 
 
-RUNTIME_RULE = "EmbeddingBagOfRuntimeOffsetsToScatterAdd"
+RUNTIME_RULE = "EmbeddingBagOfRuntimeOffsetsToSegmentSum"
 
 
 @pytest.mark.parametrize(
@@ -83,13 +85,15 @@ RUNTIME_RULE = "EmbeddingBagOfRuntimeOffsetsToScatterAdd"
         (lambda w, ids: F.embedding_bag(ids.flatten(), w, offsets=torch.tensor([0, 5, 9, 12, 20, 21, 22, 23])),
          RUNTIME_RULE),
         (lambda w, ids: F.embedding_bag(ids, w, mode="sum", padding_idx=0), RUNTIME_RULE),
+        (lambda w, ids: F.embedding_bag(ids, w, mode="mean", padding_idx=0), RUNTIME_RULE),
         (lambda w, ids: F.embedding_bag(ids, w), RULE),
     ],
-    ids=["per-sample weights", "ragged offsets", "padding_idx", "regular"],
+    ids=["per-sample weights", "ragged offsets", "padding_idx", "mean, padding_idx", "regular"],
 )
 def test_regular_bags_are_the_special_case(call, rule):
-    # bags of one size without per-sample weights or padding are reductions; the others scatter-adds
+    # bags of one size without per-sample weights or padding are reductions; the others segment sums
     weight, ids = torch.randn(50, 16), torch.randint(0, 50, (8, 3))
+    ids[0, 0], ids[1] = 0, 0  # a padding id, and a bag of padding ids only (its mean is 0)
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
         actual = torch.compile(call)(weight, ids)
     decisions = [r for r in records if r.rule in (RULE, RUNTIME_RULE)]
@@ -101,10 +105,8 @@ def test_regular_bags_are_the_special_case(call, rule):
     "call, reason",
     [
         (lambda w, ids, offsets: F.embedding_bag(ids, w, offsets, mode="max"), "max mode"),
-        (lambda w, ids, offsets: F.embedding_bag(ids, w, offsets, mode="mean", padding_idx=0),
-         "a padding index in mean mode"),
     ],
-    ids=["max", "mean with padding_idx"],
+    ids=["max"],
 )
 def test_must_not_fire(call, reason):
     weight, ids, offsets = torch.randn(50, 16), torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
@@ -115,19 +117,25 @@ def test_must_not_fire(call, reason):
     torch.testing.assert_close(actual, call(weight, ids, offsets))
 
 
-def test_not_in_deterministic_mode():
-    # float atomics add in any order: ATen's kernel there
-    weight, ids, offsets = torch.randn(50, 16), torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
+def test_deterministic_mode_keeps_the_sums_and_leaves_the_gradient_to_aten():
+    # a bag's sum adds its rows in order, without atomics; the gradient's scatter adds with atomics: ATen's
+    weight = torch.randn(50, 16, requires_grad=True)
+    ids, offsets = torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
     call = lambda w, i, o: F.embedding_bag(i, w, o)  # noqa: E731
     torch.use_deterministic_algorithms(True)
     try:
         with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
-            actual = torch.compile(call)(weight, ids, offsets)
+            with torch.no_grad():
+                served = torch.compile(call)(weight, ids, offsets)
+            trained = torch.compile(call)(weight, ids, offsets)
     finally:
         torch.use_deterministic_algorithms(False)
-    decisions = [r for r in records if r.rule == RUNTIME_RULE]
-    assert decisions and not decisions[0].fired and "deterministic" in decisions[0].detail, decisions
-    torch.testing.assert_close(actual, call(weight, ids, offsets))
+    decisions = [(r.rule, r.fired) for r in records if r.rule in (RUNTIME_RULE, BACKWARD_RUNTIME_RULE)]
+    # no grad: the sum; training: the gradient ATen's, and so the forward, whose offset2bag that gradient reads
+    assert decisions == [(RUNTIME_RULE, True), (RUNTIME_RULE, False)], decisions
+    assert "offset2bag" in [r for r in records if r.rule == RUNTIME_RULE][1].detail
+    torch.testing.assert_close(served, call(weight, ids, offsets))
+    torch.testing.assert_close(trained, call(weight, ids, offsets))
 
 
 def _jagged(rows, bags=6):
@@ -138,6 +146,48 @@ def _jagged(rows, bags=6):
     ids = torch.randint(0, rows, (int(ends[-1]),))
     ids[0] = rows - 1
     return ids, torch.cat([torch.zeros(1, dtype=torch.long), ends])
+
+
+class JaggedTables(nn.Module):
+    """A sparse arch of jagged features: tables of different row counts, bags of runtime offsets (different id
+    counts per table), each pooled output layer-normed, all concatenated."""
+
+    def __init__(self, mode: str, include_last_offset: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(
+            nn.EmbeddingBag(rows, 16, mode=mode, include_last_offset=include_last_offset).to(dtype)
+            for rows in (50, 70, 90)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(16).to(dtype) for _ in self.tables)
+
+    def forward(self, ids: list[torch.Tensor], offsets: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([n(t(i, o)) for t, n, i, o in zip(self.tables, self.norms, ids, offsets)], 1)
+
+
+@pytest.mark.parametrize("mode, include_last_offset", [("sum", False), ("mean", True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_jagged_tables_and_their_norms_are_one_kernel(mode, include_last_offset, dtype):
+    # each table's bags summed inside its layer norm's kernel (no pooled buffer), the three tables' kernels one;
+    # Triton's compiler takes the kernel for sm_90, and the interpreter's numbers are eager's
+    torch.manual_seed(0)
+    model = JaggedTables(mode, include_last_offset, dtype).eval().requires_grad_(False)
+    jagged = [_jagged(t.num_embeddings, bags=8) for t in model.tables]
+    ids = [i for i, _ in jagged]
+    offsets = [o if include_last_offset else o[:-1] for _, o in jagged]
+    stock = compile_report(model, (ids, offsets), passes=None)
+    report = compile_report(model, (ids, offsets))
+    assert stock.launches.count("torch.ops.aten._embedding_bag_forward_only.default") == 3
+    assert len(report.launches) == 1, report.launches
+    (kernel,) = report.kernels
+    assert "tl.max(" in kernel.source and "irows" in kernel.source and "class_" not in kernel.source
+    assert compile_for_sm90(kernel.source, {"XBLOCK": 8, "R0_BLOCK": 16}) > 0
+    with pytest.raises(RuntimeError, match="does not compile for sm_90"):  # (the check can fail)
+        compile_for_sm90(kernel.source.replace("tl.max(", "tl.max_of("), {"XBLOCK": 8, "R0_BLOCK": 16})
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(model)(ids, offsets)
+    assert [r.fired for r in records if r.rule == RUNTIME_RULE] == [True] * 3
+    tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(actual, model(ids, offsets), **tolerance)
 
 
 @pytest.mark.parametrize(
@@ -187,9 +237,9 @@ def test_runtime_offsets_training_step(mode, dtype, weighted, padding_idx, inclu
     torch.testing.assert_close(actual_grads, [t.weight.grad for t in tables], **tolerance)
 
 
-def test_tables_of_different_rows_share_one_scatter_kernel():
-    # one body for the three tables' forward scatters: each member's row count (the bound of its ids) is read from
-    # the member table, not the first member's
+def test_tables_of_different_sizes_share_one_body():
+    # one body for the three tables' sums: each member's row count (the bound of its ids) and id count (where its
+    # last bag ends) are read from the member table, not the first member's
     tables = [torch.randn(rows, 16, requires_grad=True) for rows in (50, 70, 90)]
     jagged = [_jagged(t.shape[0], bags=64) for t in tables]
 
@@ -197,8 +247,9 @@ def test_tables_of_different_rows_share_one_scatter_kernel():
         return [F.embedding_bag(i, t, o[:-1], mode="sum") for i, o, t in zip(args[:3], args[3:6], args[6:])]
 
     report = compile_report(step, (*[i for i, _ in jagged], *[o for _, o in jagged], *tables))
-    merged = [k for k in report.kernels if "bucketize_binary_search" in k.source and "irows" in k.source]
-    assert merged and "tl.device_assert" in merged[0].source, [k.source for k in report.kernels]
+    merged = [k for k in report.kernels if "tl.max(" in k.source and "irows1" in k.source]
+    assert len(merged) == 1 and "class_" not in merged[0].source, [k.source for k in report.kernels]
+    assert "< irows0" in merged[0].source and re.search(r"tl.where\(tmp\d+ < 0, irows1", merged[0].source), merged[0].source
 
 
 BACKWARD_RULE = "EmbeddingBagBackwardOfRegularBagsToScatterAdd"

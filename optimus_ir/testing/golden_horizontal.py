@@ -256,13 +256,13 @@ HORIZONTAL_CASES.append(
         embedding_bags_runtime_offsets_training,
         _runtime_offsets_inputs,
         8,
-        # forward: per table zeros and a scatter-add into its bags, the tables' kernels merged (4 ATen calls → 2
-        # kernels: one body for tables of different rows, each member's bound read from the member table);
-        # backward: per table zeros and a scatter-add into its rows (4 ATen calls, ~20 launches each on a GPU → 5
-        # kernels: at this size, merging all would raise the estimated peak where the incoming gradients are freed
-        # after their last reader)
-        7,
-        ("EmbeddingBagOfRuntimeOffsetsToScatterAdd", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"),
+        # forward: per table a segment sum of each bag's rows, the tables' kernels merged (4 ATen calls → 1
+        # kernel: one body for tables of different rows and id counts, each member's bounds read from the member
+        # table); backward: per table zeros and a scatter-add into its rows (4 ATen calls, ~20 launches each on a
+        # GPU → 5 kernels: at this size, merging all would raise the estimated peak where the incoming gradients
+        # are freed after their last reader)
+        6,
+        ("EmbeddingBagOfRuntimeOffsetsToSegmentSum", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"),
         atol=1e-4,
     )
 )

@@ -16,14 +16,14 @@ from torch._inductor import config
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.virtualized import V
 
-from optimus_ir import index_math
+from optimus_ir import index_math, segment_sum
 from optimus_ir.loop_body import replay
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
-from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, indirect_indexing, tiles_key
+from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, body_blocks, indirect_indexing, tiles_key
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
@@ -205,11 +205,14 @@ def varying_indirect_sizes(structures: list[Structure]) -> dict[sympy.Symbol, li
 @contextlib.contextmanager
 def _indirect_sizes_as_symbols(node: Any, sizes: dict[sympy.Symbol, list[int]]) -> Iterator[None]:
     """Within the block, the node's loaded indices are checked against (and wrapped by) the symbols of ``sizes``,
-    which the kernel's prologue reads from the member table, not by the representative's numbers.
+    which the kernel's prologue reads from the member table, not by the representative's numbers (in the order of
+    ``structure.member_bounds``).
 
-    Before: ``set_indirect0`` calls ``ops.indirect_indexing(tmp, 1000)``. After: ``ops.indirect_indexing(tmp,
-    irows0)``."""
-    saved = []
+    Before: ``set_indirect0`` calls ``ops.indirect_indexing(tmp, 1000)``; ``segment_sum(..., ('arg2_1', 0, 8192),
+    ('arg3_1', 1000, 64, 0), ...)``. After: ``ops.indirect_indexing(tmp, irows0)``; ``segment_sum(..., ('arg2_1', 0,
+    irows2), ('arg3_1', irows1, 64, 0), ...)`` (where the ids' counts differ too).
+    """
+    saved_shims, saved_args = [], []
     try:
         position = 0
         for snode in node.get_nodes() if sizes else ():
@@ -220,12 +223,22 @@ def _indirect_sizes_as_symbols(node: Any, sizes: dict[sympy.Symbol, list[int]]) 
                 symbol, position = index_math.indirect_size_symbol(position), position + 1
                 if symbol in sizes:
                     name = f"set_{var}"
-                    saved.append((body.submodules, name, body.submodules[name]))
+                    saved_shims.append((body.submodules, name, body.submodules[name]))
                     body.submodules[name] = body.bind_set_indirect_shim(var, symbol, *flags)
+            for call, bounds in [call for block in body_blocks(body) for call in segment_sum.member_bounds(block)]:
+                symbols = [index_math.indirect_size_symbol(position + i) for i in range(len(bounds))]
+                position += len(bounds)
+                if any(symbol in sizes for symbol in symbols):
+                    saved_args.append((call, call.args))
+                    call.args = segment_sum.with_bounds(
+                        call, *(symbol if symbol in sizes else n for symbol, n in zip(symbols, bounds))
+                    )
         yield
     finally:
-        for submodules, name, shim in saved:
+        for submodules, name, shim in saved_shims:
             submodules[name] = shim
+        for call, args in saved_args:
+            call.args = args
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from torch._inductor.virtualized import V
 from torch.utils import _pytree as pytree
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
-from optimus_ir import index_math
+from optimus_ir import index_math, segment_sum
 
 @dataclasses.dataclass
 class Structure:
@@ -40,8 +40,8 @@ class Structure:
     #: key (a symbolic one as its expression), except for reductions of one row (a full sum, or a split reduction's
     #: second stage): members reducing different counts merge there
     rnumel: int = 1
-    #: the bound of each index loaded from a tensor (a table's rows), by subnode and order, where it is a number:
-    #: members whose bounds differ read theirs from the member table (not part of the key)
+    #: the bound of each index loaded from a tensor (a table's rows), by subnode and order, where it is a number
+    #: (:func:`member_bounds`): members whose bounds differ read theirs from the member table (not part of the key)
     indirect_sizes: tuple[int, ...] = ()
 
 
@@ -93,7 +93,8 @@ def _graph_key(
         if node.op == "call_module" and node.target == "get_index":
             keys.append(("get_index", index_text(node.args[0])))
             continue
-        entry = (node.op, str(node.target), arg_key(node.args), arg_key(tuple(sorted(node.kwargs.items()))))
+        args = segment_sum.with_bounds(node, None, None) if node.target == segment_sum.NAME else node.args
+        entry = (node.op, str(node.target), arg_key(args), arg_key(tuple(sorted(node.kwargs.items()))))
         if node.op == "call_method" and node.target in _ADDRESSING_OPS:
             entry += (address_offset(node.args[2].args[0], node.args[1]),)
         keys.append(entry)
@@ -181,7 +182,7 @@ class _Tracer:
         # a 0-d CPU tensor that a Triton kernel reads is passed by value (``.item()``), not as an address the table
         # could hold per member: the merged kernel gets the first member's number, so it is part of the structure
         self.by_value.update(name for name in names if V.graph.is_unspec_arg(name))
-        blocks = [body.root_block, *body.subblocks.values()]
+        blocks = body_blocks(body)
         # a buffer read after a scatter into it has a dependency named after the scatter, which renames it
         names |= {real for real, renamed in scheduler.mutation_renames.items() if renamed in names}
         for block in blocks:  # slots in order of first use (bucketize names its boundaries inside a tuple)
@@ -253,9 +254,7 @@ class _Tracer:
         return Structure(
             key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
             tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
-            tuple(
-                size for snode, *_ in self.traced for _, size, _, in_table in indirect_indexing(snode._body) if in_table
-            ),
+            tuple(size for snode, *_ in self.traced for size in member_bounds(snode._body)),
         )
 
     def _key_part(self, traced: Any, base: dict[str, int], one_row: bool) -> tuple[Any, ...]:
@@ -278,6 +277,19 @@ class _Tracer:
             tuple((self.slot_of.get(name), removable, self.slot_of[real]) for name, removable, real in written),
             tuple((None if in_table else size, *flags) for _, size, flags, in_table in indirect_indexing(snode._body)),
         )
+
+
+def member_bounds(body: Any) -> list[int]:
+    """The bounds of a body's loaded indices that members read from the member table, in order: those of
+    :func:`indirect_indexing` that are numbers, then the bounds of each ``segment_sum`` call (its table's rows, its
+    ids' count)."""
+    sizes = [size for _, size, _, in_table in indirect_indexing(body) if in_table]
+    return sizes + [n for block in body_blocks(body) for _, bounds in segment_sum.member_bounds(block) for n in bounds]
+
+
+def body_blocks(body: Any) -> list[Any]:
+    """A loop body's blocks: its root and its subblocks (``ops.masked`` bodies)."""
+    return [body.root_block, *body.subblocks.values()]
 
 
 def indirect_indexing(body: Any) -> list[tuple[sympy.Symbol, int | sympy.Expr, tuple[Any, ...], bool]]:

@@ -1,0 +1,160 @@
+"""``ops.segment_sum``: one value per element, the sum (or mean) of a run of table rows whose length is known only
+at run time.
+
+Inductor's loops have static lengths: a reduction's range is part of the IR. An embedding bag of runtime offsets
+sums ``offsets[b + 1] - offsets[b]`` rows, so stock Inductor leaves it to ATen, and a scatter-add would keep an
+accumulator in memory. This op is a value like any other in a loop body: the node computing it fuses into its
+readers (a layer norm reads each bag's rows straight from the table, as FBGEMM's table-batched embedding does;
+nothing is stored in between), and the horizontal pass merges the tables' kernels.
+
+    segment_sum(begin, end, column, ids, table, weights, padding, mean, dtype)
+        = sum over begin <= t < end, ids[t] != padding, of  table[ids[t], column] * weights[t]     (in ``dtype``)
+          (divided by the number of those t, at least 1, where ``mean``)
+
+``begin``, ``end`` and ``column`` are int64 values of the body; ``end < 0`` stands for the number of ids (the last
+bag of offsets without their last entry), so that tables of other id counts share a body. ``ids`` is ``(buffer,
+offset, count)`` of a contiguous run of ids, ``table`` ``(buffer, rows, row stride, offset)``, ``weights``
+``(buffer, offset)`` or None, all ints (static sizes only); ``padding`` an int or None. Buffer names sit in
+tuples, as ``ops.bucketize``'s do, so that the horizontal pass gives them slots; the table's rows and the ids'
+count are bounds that members of a merged kernel read from the member table (:func:`member_bounds`).
+
+Inductor has no hook for new ops; :mod:`optimus_ir.patches` installs the functions below on the handlers that
+need them (and the default of Inductor's ``DefaultHandler`` on every other): the dtype (:func:`dtype`) and block
+shape (:func:`shape`), the buffers read (:func:`capture`, :func:`record_reads`: whole, as bucketize's
+boundaries), and the Triton code (:func:`triton`): a loop of ``max(end - begin)`` steps over the block, each lane
+masked to its own run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._inductor.virtualized import V, ops
+
+NAME = "segment_sum"
+
+#: ``(buffer, offset, count)`` of ids; ``(buffer, offset)`` of per-id weights; ``(buffer, rows, row stride,
+#: offset)`` of a table
+Ids = tuple[str, int, int]
+Weights = tuple[str, int]
+Table = tuple[str, int, int, int]
+
+#: positions among a call's arguments in a loop body's graph (after the ops handler)
+_IDS, _TABLE = 4, 5
+
+
+def segment_sum(
+    begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None, padding: int | None,
+    mean: bool, dtype: torch.dtype,
+) -> Any:
+    """The op in a loop body (see the module's docstring)."""
+    return getattr(ops, NAME)(begin, end, column, ids, table, weights, padding, mean, dtype)
+
+
+def dtype(*args: Any) -> torch.dtype:
+    """``DtypePropagationOpsHandler``: the accumulator's dtype, the last argument."""
+    return args[-1]
+
+
+def shape(begin: Any, end: Any, column: Any, *_: Any) -> Any:
+    """``ShapePropagationOpsHandler``: the block shape of ``begin``, ``end`` and ``column`` broadcast."""
+    from torch._inductor.shape_propagation import broadcast_shapes_for_args
+
+    return broadcast_shapes_for_args([begin, end, column])
+
+
+def _buffers(ids: Ids, table: Table, weights: Weights | None) -> list[str]:
+    return [ref[0] for ref in (ids, table, weights) if ref is not None]
+
+
+def capture(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, table: Table, *rest: Any) -> Any:
+    """``CaptureIndexing`` (the tracing of a loop body): the buffers are recorded as read by the body, as
+    bucketize's boundaries are (Inductor's dependencies read them from there: read whole)."""
+    import sympy
+    from torch._inductor.loop_body import MemoryUsageType
+
+    for name in _buffers(ids, table, rest[0]):
+        handler.body.add_index_expr(sympy.Integer(0), MemoryUsageType.BUCKETIZE, buffer_name=name)
+    return getattr(handler._inner, NAME)(begin, end, column, ids, table, *rest)
+
+
+def record_reads(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None,
+                 *_: Any) -> None:
+    """``_RecordLoadStoreInner`` (dependencies of a function that is not a loop body): the buffers, read whole."""
+    from torch._inductor.dependencies import StarDep
+
+    for name in _buffers(ids, table, weights):
+        handler._reads.add(StarDep(name))
+
+
+def member_bounds(block: Any) -> list[tuple[Any, list[int]]]:
+    """The op's calls in a loop body block's graph, each with its bounds: the table's rows, the ids' count."""
+    return [
+        (node, [node.args[_TABLE][1], node.args[_IDS][2]])
+        for node in block.graph.nodes
+        if node.op == "call_method" and node.target == NAME
+    ]
+
+
+def with_bounds(node: Any, rows: Any, count: Any) -> tuple[Any, ...]:
+    """The arguments of the op's call ``node`` with other bounds: numbers, symbols the kernel reads from the member
+    table (tables of other sizes share the call), or None (in a structure's key)."""
+    args = list(node.args)
+    name, _, stride, offset = args[_TABLE]
+    args[_TABLE] = (name, rows, stride, offset)
+    args[_IDS] = (*args[_IDS][:2], count)
+    return tuple(args)
+
+
+def triton(
+    begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None, padding: int | None,
+    mean: bool, dtype: torch.dtype,
+) -> str:
+    """``TritonKernelOverrides``: the loop, written into the kernel's compute lines; returns the result's name.
+
+    The loop runs ``max(end - begin)`` over the block's lanes; a lane whose run is shorter (or that the kernel's
+    masks turn off: its ``begin`` and ``end`` load as 0) loads nothing. Ids out of the table's rows trip the device
+    assert Inductor writes for its own indirect loads."""
+    from torch._inductor.codegen.triton import triton_compute_type
+
+    kernel = V.kernel
+    code = kernel.compute
+    acc_type = triton_compute_type(dtype)
+    lanes, bag_lanes = shape(begin, end, column), shape(begin, end, begin)
+    total, stop, length, count, step, valid, row, value = (kernel.cse.newvar(dtype=d, shape=s) for d, s in (
+        (dtype, lanes), (torch.int64, bag_lanes), (torch.int64, bag_lanes), (dtype, bag_lanes), (torch.int64, ()),
+        (torch.bool, bag_lanes), (torch.int64, bag_lanes), (dtype, lanes)))
+    ids_ptr, table_ptr = kernel.args.input(ids[0]), kernel.args.input(table[0])
+    _, ids_offset, ids_count = ids
+    _, rows, stride, table_offset = table
+    code.writeline(f"{total} = tl.zeros_like(({begin} + {column}).to({acc_type}))")
+    code.writeline(f"{stop} = tl.where({end} < 0, {ids_count}, {end})")
+    code.writeline(f"{length} = {stop} - {begin}")
+    if mean:
+        code.writeline(f"{count} = tl.zeros_like({begin}.to({acc_type}))")
+    code.writeline(f"for {step} in range(0, tl.max({length})):")
+    with code.indent():
+        code.writeline(f"{valid} = {step} < {length}")
+        code.writeline(f"{row} = tl.load({ids_ptr} + ({ids_offset} + {begin} + {step}), {valid}, other=0)")
+        if padding is not None:
+            code.writeline(f"{valid} = {valid} & ({row} != {padding})")
+        code.writeline(
+            f'tl.device_assert(((0 <= {row}) & ({row} < {rows})) | ~{valid}, "index out of bounds: 0 <= {row} < {rows}")'
+        )
+        code.writeline(
+            f"{value} = tl.load({table_ptr} + ({table_offset} + {row} * {stride} + {column}), "
+            f"{valid}, other=0.0).to({acc_type})"
+        )
+        if weights is not None:
+            weights_ptr = kernel.args.input(weights[0])
+            code.writeline(
+                f"{value} = {value} * tl.load({weights_ptr} + ({weights[1]} + {begin} + {step}), {valid}, "
+                f"other=0.0).to({acc_type})"
+            )
+        code.writeline(f"{total} = {total} + {value}")
+        if mean:
+            code.writeline(f"{count} = {count} + {valid}.to({acc_type})")
+    if mean:  # an empty bag's mean is 0, as ATen's
+        code.writeline(f"{total} = {total} / tl.maximum({count}, 1.0)")
+    return str(total)
