@@ -1,16 +1,14 @@
-"""Embedding bags lowered to Inductor reductions and scatters instead of ATen's kernels.
+"""Embedding bags lowered to Inductor nodes instead of ATen's kernels.
 
 Stock Inductor calls ATen's ``_embedding_bag`` (or ``_embedding_bag_forward_only``) kernel for every
 ``nn.EmbeddingBag``, and ATen's ``_embedding_bag_backward`` for its gradient (sort-based: about twenty launches per
-table on a GPU). A recommendation model with 26 tables launches hundreds of kernels that nothing can merge. With
-bags of one fixed size (2-d inputs, which ``F.embedding_bag`` turns into ``offsets = arange(0, B*L, L)``), a bag is
-a sum over ``L`` rows of the table: an Inductor reduction, which fuses with what follows and which
-``IdenticalKernelsToMemberTableKernel`` merges across tables; its gradient is one scatter-add into zeros. With
-offsets that come with the batch (jagged features), each id's row is scatter-added into its bag, the bag found by a
-binary search of the offsets, and its gradient scatter-added back the same way: kernels that merge across tables
-too.
+table on a GPU). A recommendation model with 26 tables launches hundreds of kernels that nothing can merge. Here a
+bag's sum is ``ops.segment_sum`` (:mod:`optimus_ir.segment_sum`), a loop over the bag's ids inside the kernel of
+whatever reads the bag, whatever the offsets: a node that fuses with what follows (a layer norm reads the bags
+straight from the table) and that ``IdenticalKernelsToMemberTableKernel`` merges across tables. The gradient is one
+scatter-add into zeros: each id's bag ``i // L`` for bags of one size ``L`` (2-d inputs, which ``F.embedding_bag``
+turns into ``offsets = arange(0, B*L, L)``), else found by a binary search of the offsets.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -58,106 +56,6 @@ def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
     return step
 
 
-class EmbeddingBagOfRegularBagsToReduction(LoweringRule):
-    """``_embedding_bag`` / ``_embedding_bag_forward_only`` with bags of one size ``L`` → a sum (or mean) over ``L``
-    table rows. (ATen calls ``_embedding_bag`` whenever the table requires grad, also under ``no_grad``.)
-
-    Before (``nn.EmbeddingBag(N, D, mode="sum")(ids)``, ids of shape [B, L])::
-
-        offsets = iota(B, start=0, step=L)                  # F.embedding_bag's arange(0, B*L, L)
-        out, offset2bag, bag_size, max_indices = _embedding_bag_forward_only(weight, ids.view(-1), offsets, ...)
-        # an extern kernel per table
-
-    After::
-
-        out = Reduction(sum over l < L of weight[ids[b*L + l], d], ranges [B, D])   # Triton, fusable, mergeable
-
-    Only where nothing reads the other three outputs (inference; training where the backward is
-    ``EmbeddingBagBackwardOfRegularBagsToScatterAdd``'s), without per-sample weights, padding index or
-    ``include_last_offset``, in sum or mean mode, with static sizes. Other bags are
-    ``EmbeddingBagOfRuntimeOffsetsToSegmentSum``'s.
-    """
-
-    name = "EmbeddingBagOfRegularBagsToReduction"
-    pass_name = "horizontal"
-    op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
-
-    def rewrite(
-        self,
-        weight: Any,
-        indices: Any,
-        offsets: Any,
-        scale_grad_by_freq: bool = False,
-        mode: int = 0,
-        sparse: bool = False,
-        per_sample_weights: Any = None,
-        include_last_offset: bool = False,
-        padding_idx: int = -1,
-    ) -> tuple[Any, str]:
-        fx_node = V.graph.current_node
-        if fx_node is None:
-            raise NotApplicable("no FX node")
-        # where this special case does not hold, EmbeddingBagOfRuntimeOffsetsToSegmentSum decides (and says why not)
-        if not index_math.is_static([*weight.get_size(), *indices.get_size()]):
-            raise NotApplicable("symbolic sizes")
-        (numel,) = [int(s) for s in indices.get_size()]
-        bag = _regular_bag_size(fx_node.args[2], numel)
-        if bag is None:
-            raise NotApplicable("offsets are not iota(B, start=0, step=L)")
-        if mode not in (_SUM, _MEAN) or per_sample_weights is not None or include_last_offset:
-            raise NotApplicable("max mode, per-sample weights or include_last_offset")
-        if padding_idx not in (-1, None):
-            raise NotApplicable("a padding index")
-        if not _only_pooled_read(fx_node):
-            raise NotApplicable("offset2bag / bag_size / max_indices are read")
-        rows, dim = (int(s) for s in weight.get_size())
-        bags = numel // bag
-        weight_loader, indices_loader = weight.make_loader(), indices.make_loader()
-
-        def inner_fn(index: list[Any], reduction_index: list[Any]) -> Any:
-            b, d = index
-            (position,) = reduction_index
-            row = ops.indirect_indexing(indices_loader([b * bag + position]), rows)
-            value = weight_loader([row, d])
-            if weight.get_dtype() != torch.float32 and weight.get_dtype().is_floating_point:
-                value = ops.to_dtype(value, torch.float32)  # accumulate low precision in fp32, as ATen does
-            return value
-
-        acc = torch.float32 if weight.get_dtype().is_floating_point else weight.get_dtype()
-        # a sum is stored in the table's dtype straight from the fp32 accumulator, as ATen does: one rounding, and a
-        # bf16 model's pooled buffers take half the memory (which the horizontal pass's peak-memory check counts)
-        pooled = ir.Reduction.create(
-            device=weight.get_device(),
-            dst_dtype=weight.get_dtype() if mode == _SUM else acc,
-            src_dtype=acc,
-            inner_fn=inner_fn,
-            ranges=[bags, dim],
-            reduction_ranges=[bag],
-            reduction_type="sum",
-        )
-        pooled.realize()  # a buffer, as ATen's output was: consumers that need one (var_mean) get one
-        kind = "mean" if mode == _MEAN else "sum"
-        detail = (
-            f"{bags} bags of {bag} rows of a {rows}x{dim} table → a {kind} reduction (accumulated in {acc}, "
-            f"stored as {pooled.get_dtype()})"
-        )
-        if mode == _SUM:
-            return (pooled, None, None, None), detail
-        loader = pooled.make_loader()
-        scale = 1.0 / bag if mode == _MEAN else None
-
-        def output_fn(index: list[Any]) -> Any:
-            value = loader(index)
-            if scale is not None:
-                value = value * ops.constant(scale, acc)
-            return ops.to_dtype(value, weight.get_dtype())
-
-        out = ir.Pointwise.create(device=weight.get_device(), dtype=weight.get_dtype(), inner_fn=output_fn,
-                                  ranges=[bags, dim])
-        return (out, None, None, None), detail
-
-
-
 def _unsupported(
     mode: int, scale_grad_by_freq: bool, sparse: bool, per_sample_weights: Any, padding_idx: int | None = -1, **_: Any
 ) -> str | None:
@@ -200,7 +98,7 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         its own offsets (recomputed in the backward, not saved), ``offset2bag`` and ``max_indices`` empty and
         ``bag_size`` as ``full([B], L)``: the same gradient in ATen too (it rebuilds an empty ``offset2bag`` from
         the offsets, reads ``max_indices`` in max mode only, and without a padding index every bag has ``L`` ids).
-        The forward saves nothing of its bags then, so ``EmbeddingBagOfRegularBagsToReduction`` lowers it too."""
+        The forward saves nothing of its bags then, so ``EmbeddingBagToSegmentSum`` lowers it."""
         for node in graph.find_nodes(op="call_function", target=self.op):
             indices = node.args[1]
             value = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
@@ -270,7 +168,7 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         return to_dtype(grad_weight, dtype), detail
 
 
-# ------------------------------------------------------------------------------------------------ runtime offsets
+# -------------------------------------------------------------------------------- the forward; runtime offsets
 
 #: ``node.meta`` key of an ``_embedding_bag_backward`` that ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``
 #: prepared in the joint graph
@@ -359,12 +257,13 @@ def _contiguous_run(box: Any) -> tuple[str, int]:
     return realized.get_name(), int(realized.get_layout().offset)
 
 
-class EmbeddingBagOfRuntimeOffsetsToSegmentSum(LoweringRule):
-    """``_embedding_bag`` / ``_embedding_bag_forward_only`` with offsets known only at run time (jagged features)
-    → a pointwise node whose value at ``[b, d]`` is the sum of bag ``b``'s rows (``ops.segment_sum``,
-    :mod:`optimus_ir.segment_sum`): it fuses into what reads it (a layer norm reads each bag straight from the
-    table; no pooled buffer), and the horizontal pass merges the tables' kernels, where ATen runs one kernel per
-    table.
+class EmbeddingBagToSegmentSum(LoweringRule):
+    """``_embedding_bag`` / ``_embedding_bag_forward_only`` → a pointwise node whose value at ``[b, d]`` is the sum
+    of bag ``b``'s rows (``ops.segment_sum``, :mod:`optimus_ir.segment_sum`), whatever the offsets (known only at
+    run time for jagged features; ``iota(B, 0, L)`` for 2-d ids, whose loads become index arithmetic): it fuses
+    into what reads it (a layer norm reads each bag straight from the table; no pooled buffer), and the horizontal
+    pass merges the tables' kernels, where ATen runs one kernel per table. (ATen calls ``_embedding_bag`` whenever
+    the table requires grad, also under ``no_grad``.)
 
     Before (``nn.EmbeddingBag(N, D, mode="sum")(ids, offsets)``; ids [T], offsets [B] or [B+1])::
 
@@ -378,11 +277,11 @@ class EmbeddingBagOfRuntimeOffsetsToSegmentSum(LoweringRule):
 
     Sum and mean modes, per-sample weights, a padding index, ``include_last_offset``, 1-D ids, tables with
     contiguous rows, static sizes, on Triton devices, and only where nothing reads the other three outputs
-    (inference; training where the backward is ``EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd``'s). Each bag
-    adds its rows in order, without atomics: deterministic.
+    (inference; training where the backward is one of the two scatter-add rules'). Each bag adds its rows in order,
+    without atomics: deterministic.
     """
 
-    name = "EmbeddingBagOfRuntimeOffsetsToSegmentSum"
+    name = "EmbeddingBagToSegmentSum"
     pass_name = "horizontal"
     op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
 
@@ -438,7 +337,7 @@ class EmbeddingBagOfRuntimeOffsetsToSegmentSum(LoweringRule):
         out.realize()
         kind = "mean" if mode == _MEAN else "sum"
         detail = (
-            f"{numel} ids in {count} bags of runtime offsets, a {rows}x{dim} table → a {kind} of each bag's rows "
+            f"{numel} ids in {count} bags, a {rows}x{dim} table → a {kind} of each bag's rows "
             f"(segment_sum, accumulated in {acc})"
         )
         return (out, None, None, None), detail
@@ -478,7 +377,7 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
     def prepare_joint_graph(self, graph: Any) -> None:
         """Give each backward this rule makes ``offset2bag`` and ``max_indices`` empty and ``bag_size`` computed
         from the offsets, so that the forward saves nothing of its bags (and
-        ``EmbeddingBagOfRuntimeOffsetsToSegmentSum`` lowers it). ATen computes the same gradient from them: it
+        ``EmbeddingBagToSegmentSum`` lowers it). ATen computes the same gradient from them: it
         rebuilds an empty ``offset2bag`` from the offsets, reads ``max_indices`` in max mode only and ``bag_size``
         in mean mode, where (without a padding index) it is the offsets' difference."""
         for node in graph.find_nodes(op="call_function", target=self.op):

@@ -172,7 +172,7 @@ def _install_segment_sum() -> None:
     from torch._inductor.dependencies import _RecordLoadStoreInner
     from torch._inductor.dtype_propagation import DtypePropagationOpsHandler
     from torch._inductor.loop_body import CaptureIndexing
-    from torch._inductor.ops_handler import DefaultHandler
+    from torch._inductor.ops_handler import DefaultHandler, OpCounterCSE
     from torch._inductor.shape_propagation import ShapePropagationOpsHandler
 
     from optimus_ir import segment_sum  # (imports Inductor: not before the first compile)
@@ -184,6 +184,7 @@ def _install_segment_sum() -> None:
     PATCHES.replace(ShapePropagationOpsHandler, name, lambda _: staticmethod(segment_sum.shape))
     PATCHES.replace(_RecordLoadStoreInner, name, lambda _: segment_sum.record_reads)
     PATCHES.replace(CaptureIndexing, name, lambda _: segment_sum.capture)
+    PATCHES.replace(OpCounterCSE, name, lambda _: segment_sum.count)
 
 
 def uninstall() -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRegularBagsToScatterAdd,
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
-    EmbeddingBagOfRegularBagsToReduction,
-    EmbeddingBagOfRuntimeOffsetsToSegmentSum,
+    EmbeddingBagToSegmentSum,
 )
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
@@ -40,9 +39,8 @@ RULES: tuple[Rule, ...] = (
     SplitOfCatToInputs(),
     SplitWithSizesOfCatToInputs(),
     # horizontal, lowering (and the joint graph)
-    EmbeddingBagOfRegularBagsToReduction(),  # bags of one size; the next two take all others
-    EmbeddingBagBackwardOfRegularBagsToScatterAdd(),
-    EmbeddingBagOfRuntimeOffsetsToSegmentSum(),
+    EmbeddingBagToSegmentSum(),
+    EmbeddingBagBackwardOfRegularBagsToScatterAdd(),  # bags of one size; the next one takes all others
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
     # splitcat, lowering
     SplitCatToPointwise(),

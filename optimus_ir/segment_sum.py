@@ -20,8 +20,8 @@ count are bounds that members of a merged kernel read from the member table (:fu
 
 Inductor has no hook for new ops; :mod:`optimus_ir.patches` installs the functions below on the handlers that
 need them (and the default of Inductor's ``DefaultHandler`` on every other): the dtype (:func:`dtype`) and block
-shape (:func:`shape`), the buffers read (:func:`capture`, :func:`record_reads`: whole, as bucketize's
-boundaries), and the Triton code (:func:`triton`): a loop of ``max(end - begin)`` steps over the block, each lane
+shape (:func:`shape`), the buffers read (:func:`capture`, :func:`record_reads`, :func:`count`: whole, as
+bucketize's boundaries), and the Triton code (:func:`triton`): a loop of ``max(end - begin)`` steps over the block, each lane
 masked to its own run.
 """
 
@@ -77,6 +77,19 @@ def capture(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, table: Ta
     for name in _buffers(ids, table, rest[0]):
         handler.body.add_index_expr(sympy.Integer(0), MemoryUsageType.BUCKETIZE, buffer_name=name)
     return getattr(handler._inner, NAME)(begin, end, column, ids, table, *rest)
+
+
+def count(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None,
+          *rest: Any) -> Any:
+    """``OpCounterCSE`` (what Inductor weighs before inlining a node into its readers): the buffers as reads, not
+    trivial ones. Counted as none, a realized node of the op would be computed again in each reader."""
+    value = getattr(handler.parent_handler, NAME)(begin, end, column, ids, table, weights, *rest)
+    if value not in handler.var_names:
+        handler._used_ops.add(NAME)
+        names = _buffers(ids, table, weights)
+        handler._read_names.extend(names)
+        handler._nontrivial_read_count += len(names)
+    return handler._update_count(value)
 
 
 def record_reads(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None,

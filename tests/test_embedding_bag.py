@@ -13,7 +13,7 @@ from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
 from optimus_ir.testing.sm90 import compile_for_sm90
 
-RULE = "EmbeddingBagOfRegularBagsToReduction"
+RULE = "EmbeddingBagToSegmentSum"
 
 
 class PooledTables(nn.Module):
@@ -55,7 +55,7 @@ def test_low_precision_sums_are_stored_once_rounded_from_the_fp32_accumulator():
     ids = torch.randint(0, 50, (8, 3))
     actual, records = _interpreted(table, ids)
     assert [r.fired for r in records] == [True]
-    assert "(accumulated in torch.float32, stored as torch.bfloat16)" in records[0].detail
+    assert "accumulated in torch.float32" in records[0].detail
     torch.testing.assert_close(actual, table(ids), atol=0, rtol=2**-7)  # one bf16 ulp: the order of the sum
 
 
@@ -74,30 +74,25 @@ def test_fires_under_no_grad_on_trainable_tables():
     torch.testing.assert_close(actual, serve(ids))
 
 
-RUNTIME_RULE = "EmbeddingBagOfRuntimeOffsetsToSegmentSum"
 
 
 @pytest.mark.parametrize(
-    "call, rule",
+    "call",
     [
-        (lambda w, ids: F.embedding_bag(ids, w, mode="sum", per_sample_weights=torch.ones_like(ids, dtype=w.dtype)),
-         RUNTIME_RULE),
-        (lambda w, ids: F.embedding_bag(ids.flatten(), w, offsets=torch.tensor([0, 5, 9, 12, 20, 21, 22, 23])),
-         RUNTIME_RULE),
-        (lambda w, ids: F.embedding_bag(ids, w, mode="sum", padding_idx=0), RUNTIME_RULE),
-        (lambda w, ids: F.embedding_bag(ids, w, mode="mean", padding_idx=0), RUNTIME_RULE),
-        (lambda w, ids: F.embedding_bag(ids, w), RULE),
+        lambda w, ids: F.embedding_bag(ids, w, mode="sum", per_sample_weights=torch.ones_like(ids, dtype=w.dtype)),
+        lambda w, ids: F.embedding_bag(ids.flatten(), w, offsets=torch.tensor([0, 5, 9, 12, 20, 21, 22, 23])),
+        lambda w, ids: F.embedding_bag(ids, w, mode="sum", padding_idx=0),
+        lambda w, ids: F.embedding_bag(ids, w, mode="mean", padding_idx=0),
+        lambda w, ids: F.embedding_bag(ids, w),
     ],
     ids=["per-sample weights", "ragged offsets", "padding_idx", "mean, padding_idx", "regular"],
 )
-def test_regular_bags_are_the_special_case(call, rule):
-    # bags of one size without per-sample weights or padding are reductions; the others segment sums
+def test_bags_of_any_offsets_are_segment_sums(call):
     weight, ids = torch.randn(50, 16), torch.randint(0, 50, (8, 3))
     ids[0, 0], ids[1] = 0, 0  # a padding id, and a bag of padding ids only (its mean is 0)
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
         actual = torch.compile(call)(weight, ids)
-    decisions = [r for r in records if r.rule in (RULE, RUNTIME_RULE)]
-    assert [(r.rule, r.fired) for r in decisions] == [(rule, True)], decisions
+    assert [r.fired for r in records if r.rule == RULE] == [True], records
     torch.testing.assert_close(actual, call(weight, ids))
 
 
@@ -112,7 +107,7 @@ def test_must_not_fire(call, reason):
     weight, ids, offsets = torch.randn(50, 16), torch.randint(0, 50, (23,)), torch.tensor([0, 5, 9, 12, 20, 21, 22])
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
         actual = torch.compile(call)(weight, ids, offsets)
-    decisions = [r for r in records if r.rule in (RULE, RUNTIME_RULE)]
+    decisions = [r for r in records if r.rule == RULE]
     assert decisions and not any(r.fired for r in decisions) and reason in decisions[0].detail, decisions
     torch.testing.assert_close(actual, call(weight, ids, offsets))
 
@@ -130,10 +125,10 @@ def test_deterministic_mode_keeps_the_sums_and_leaves_the_gradient_to_aten():
             trained = torch.compile(call)(weight, ids, offsets)
     finally:
         torch.use_deterministic_algorithms(False)
-    decisions = [(r.rule, r.fired) for r in records if r.rule in (RUNTIME_RULE, BACKWARD_RUNTIME_RULE)]
+    decisions = [(r.rule, r.fired) for r in records if r.rule in (RULE, BACKWARD_RUNTIME_RULE)]
     # no grad: the sum; training: the gradient ATen's, and so the forward, whose offset2bag that gradient reads
-    assert decisions == [(RUNTIME_RULE, True), (RUNTIME_RULE, False)], decisions
-    assert "offset2bag" in [r for r in records if r.rule == RUNTIME_RULE][1].detail
+    assert decisions == [(RULE, True), (RULE, False)], decisions
+    assert "offset2bag" in [r for r in records if r.rule == RULE][1].detail
     torch.testing.assert_close(served, call(weight, ids, offsets))
     torch.testing.assert_close(trained, call(weight, ids, offsets))
 
@@ -180,12 +175,13 @@ def test_jagged_tables_and_their_norms_are_one_kernel(mode, include_last_offset,
     assert len(report.launches) == 1, report.launches
     (kernel,) = report.kernels
     assert "tl.max(" in kernel.source and "irows" in kernel.source and "class_" not in kernel.source
+    assert kernel.source.count("for ") == 1  # each bag summed once, not again in each reader of the sum
     assert compile_for_sm90(kernel.source, {"XBLOCK": 8, "R0_BLOCK": 16}) > 0
     with pytest.raises(RuntimeError, match="does not compile for sm_90"):  # (the check can fail)
         compile_for_sm90(kernel.source.replace("tl.max(", "tl.max_of("), {"XBLOCK": 8, "R0_BLOCK": 16})
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
         actual = torch.compile(model)(ids, offsets)
-    assert [r.fired for r in records if r.rule == RUNTIME_RULE] == [True] * 3
+    assert [r.fired for r in records if r.rule == RULE] == [True] * 3
     tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
     torch.testing.assert_close(actual, model(ids, offsets), **tolerance)
 
@@ -231,7 +227,7 @@ def test_runtime_offsets_training_step(mode, dtype, weighted, padding_idx, inclu
     # a low-precision table's gradient stays ATen's (an fp32 accumulator of the whole table would raise the peak),
     # and so does its forward, whose offset2bag and bag_size that gradient reads
     fired = dtype == torch.float32
-    assert sorted(decisions) == [(BACKWARD_RUNTIME_RULE, fired)] * 3 + [(RUNTIME_RULE, fired)] * 3, decisions
+    assert sorted(decisions) == [(BACKWARD_RUNTIME_RULE, fired)] * 3 + [(RULE, fired)] * 3, decisions
     tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {}
     torch.testing.assert_close(actual, expected, **tolerance)
     torch.testing.assert_close(actual_grads, [t.weight.grad for t in tables], **tolerance)

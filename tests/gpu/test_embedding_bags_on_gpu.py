@@ -1,6 +1,6 @@
-"""On a real GPU: embedding bags of runtime offsets (jagged features) in a training step, the tables' forward and
-backward scatters merged. Values and weight gradients against eager (ATen's kernels), kernels per step and the peak
-memory of a step against stock Inductor's."""
+"""On a real GPU: embedding bags of runtime offsets (jagged features), each pooled output layer-normed: in a training
+step (the tables' forward sums and backward scatters merged) and in inference (one kernel). Values and weight
+gradients against eager (ATen's kernels), kernels per call and the peak memory of a call against stock Inductor's."""
 
 import pytest
 import torch
@@ -80,10 +80,40 @@ def test_training_step_matches_eager_in_fewer_kernels(mode, include_last_offset,
     fired = {r.rule for r in records if r.fired}
     # a bf16 table's gradient stays ATen's (an fp32 accumulator of the whole table would raise the peak), and so does
     # its forward, whose offset2bag and bag_size that gradient reads
-    rules = {"EmbeddingBagOfRuntimeOffsetsToSegmentSum", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"}
+    rules = {"EmbeddingBagToSegmentSum", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"}
     assert rules & fired == (rules if dtype == torch.float32 else set())
     atol, rtol = (3e-2, 3e-2) if dtype == torch.bfloat16 else (1e-4, 1e-4)
     assert worst(actual, expected, atol, rtol) < 1, [float((a - e).abs().max()) for a, e in zip(actual, expected)]
     if dtype == torch.float32:
         assert kernels * 2 < stock_kernels, (kernels, stock_kernels)  # ATen's backward: ~20 launches a table
+    assert peak <= stock_peak * (1 + DEFAULT_PEAK_TOLERANCE), (peak, stock_peak)
+
+
+@pytest.mark.parametrize("mode, include_last_offset", [("sum", False), ("sum", True), ("mean", False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_is_one_kernel(mode, include_last_offset, dtype):
+    # each table's segment sum inside its layer norm's kernel, the tables' kernels merged: one launch per call
+    ids, offsets, weights, tables = _inputs(dtype, include_last_offset)
+    tables = [t.detach() for t in tables]
+    step = _step(mode, include_last_offset)
+
+    def run(passes):
+        with cold_compile(), optimus_ir.enabled(passes), recording() as records, torch.no_grad():
+            compiled = torch.compile(step)
+
+            def call():
+                return compiled(ids, offsets, weights, tables)
+
+            for _ in range(WARM_CALLS):
+                call()
+            return kernels_per_call(call), call(), peak_memory_bytes(call), records
+
+    with torch.no_grad():
+        expected = step(ids, offsets, weights, tables)
+    stock_kernels, _, stock_peak, _ = run(None)
+    kernels, actual, peak, records = run("all")
+    assert {r.rule for r in records if r.fired} >= {"EmbeddingBagToSegmentSum", "IdenticalKernelsToMemberTableKernel"}
+    assert kernels == 1, (kernels, stock_kernels)
+    atol, rtol = (3e-2, 3e-2) if dtype == torch.bfloat16 else (1e-4, 1e-4)
+    assert worst((actual,), (expected,), atol, rtol) < 1, float((actual - expected).abs().max())
     assert peak <= stock_peak * (1 + DEFAULT_PEAK_TOLERANCE), (peak, stock_peak)
