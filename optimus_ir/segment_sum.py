@@ -128,7 +128,8 @@ def triton(
 
     The loop runs ``max(end - begin)`` over the block's lanes; a lane whose run is shorter (or that the kernel's
     masks turn off: its ``begin`` and ``end`` load as 0) loads nothing. Ids out of the table's rows trip the device
-    assert Inductor writes for its own indirect loads."""
+    assert Inductor writes for its own indirect loads, where it writes them (``config.assert_indirect_indexing``)."""
+    from torch._inductor import config
     from torch._inductor.codegen.triton import triton_compute_type
 
     kernel = V.kernel
@@ -152,9 +153,11 @@ def triton(
         code.writeline(f"{row} = tl.load({ids_ptr} + ({ids_offset} + {begin} + {step}), {valid}, other=0)")
         if padding is not None:
             code.writeline(f"{valid} = {valid} & ({row} != {padding})")
-        code.writeline(
-            f'tl.device_assert(((0 <= {row}) & ({row} < {rows})) | ~{valid}, "index out of bounds: 0 <= {row} < {rows}")'
-        )
+        if config.assert_indirect_indexing:  # as Inductor's own indirect loads
+            code.writeline(
+                f'tl.device_assert(((0 <= {row}) & ({row} < {rows})) | ~{valid}, '
+                f'"index out of bounds: 0 <= {row} < {rows}")'
+            )
         code.writeline(
             f"{value} = tl.load({table_ptr} + ({table_offset} + {row} * {stride} + {column}), "
             f"{valid}, other=0.0).to({acc_type})"
