@@ -16,7 +16,7 @@ lowered operations before the scheduler is built (``GraphLowering._update_schedu
 (``PythonWrapperCodegen.codegen_input_size_asserts``), the codegen of our group nodes
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
 (``PythonWrapperCodegen.codegen_free``), the op ``segment_sum`` (its dtype, shape, reads and Triton code, on the handlers
-that need them), the guard that keeps stock's code where ours would launch more kernels
+that need them; ``Scheduler.score_fusion_memory``: no fusion for the runs of one ids tensor its tables read), the guard that keeps stock's code where ours would launch more kernels
 (``GraphLowering.codegen``, :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
@@ -173,6 +173,7 @@ def _install_segment_sum() -> None:
     from torch._inductor.dtype_propagation import DtypePropagationOpsHandler
     from torch._inductor.loop_body import CaptureIndexing
     from torch._inductor.ops_handler import DefaultHandler, OpCounterCSE
+    from torch._inductor.scheduler import Scheduler
     from torch._inductor.shape_propagation import ShapePropagationOpsHandler
 
     from optimus_ir import segment_sum  # (imports Inductor: not before the first compile)
@@ -185,6 +186,7 @@ def _install_segment_sum() -> None:
     PATCHES.replace(_RecordLoadStoreInner, name, lambda _: segment_sum.record_reads)
     PATCHES.replace(CaptureIndexing, name, lambda _: segment_sum.capture)
     PATCHES.replace(OpCounterCSE, name, lambda _: segment_sum.count)
+    PATCHES.replace(Scheduler, "score_fusion_memory", segment_sum.fusion_score_without_shared_runs)
 
 
 def uninstall() -> None:

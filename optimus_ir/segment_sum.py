@@ -40,8 +40,10 @@ Ids = tuple[str, int, int]
 Weights = tuple[str, int]
 Table = tuple[str, int, int, int]
 
-#: positions among a call's arguments in a loop body's graph (after the ops handler)
-_IDS, _TABLE = 4, 5
+#: positions among a call's arguments in a loop body's graph (after the ops handler), and where each buffer's
+#: offset sits in its tuple
+_IDS, _TABLE, _WEIGHTS = 4, 5, 6
+_OFFSET = {_IDS: 1, _TABLE: 3, _WEIGHTS: 1}
 
 
 def segment_sum(
@@ -101,12 +103,56 @@ def record_reads(handler: Any, begin: Any, end: Any, column: Any, ids: Ids, tabl
         handler._reads.add(StarDep(name))
 
 
+def fusion_score_without_shared_runs(stock: Any) -> Any:
+    """``Scheduler.score_fusion_memory`` (the bytes two nodes share, for which Inductor fuses independent nodes)
+    without the buffers both read through this op alone. Each table's sum reads its own run of one ids tensor
+    (DLRM's ``sparse.unbind(0)``); read whole, as here, that tensor would look shared, and Inductor would fuse up to
+    64 tables' kernels by it for no saving, in groups of different bodies that the horizontal pass cannot merge."""
+    import functools
+
+    from torch._inductor.dependencies import StarDep
+
+    @functools.wraps(stock)
+    def score_fusion_memory(scheduler: Any, node1: Any, node2: Any, *args: Any, **kwargs: Any) -> Any:
+        score = stock(scheduler, node1, node2, *args, **kwargs)
+        shared = {dep for dep in node1.read_writes.reads if isinstance(dep, StarDep)} & node2.read_writes.reads
+        runs = shared and buffers_read(node1) & buffers_read(node2)
+        if not runs:
+            return score
+        count_bytes = args[0] if args else kwargs.get("count_bytes", True)
+        less = sum(scheduler.dep_size_hint(dep, count_bytes) for dep in shared if dep.name in runs)
+        if isinstance(score, tuple):  # (score, whether a mix-order reduction: scored by numel, left as it is)
+            return score if score[1] else (max(0, score[0] - less), False)
+        return max(0, score - less)
+
+    return score_fusion_memory
+
+
+def buffers_read(node: Any) -> set[str]:
+    """The buffers the op reads in a scheduler node's loop bodies: ids, tables and weights."""
+    names: set[str] = set()
+    for snode in node.get_nodes():
+        body = getattr(snode, "_body", None)
+        for block in [] if body is None else [body.root_block, *body.subblocks.values()]:
+            for call in _calls(block):
+                names.update(_buffers(call.args[_IDS], call.args[_TABLE], call.args[_WEIGHTS]))
+    return names
+
+
+def _calls(block: Any) -> list[Any]:
+    return [node for node in block.graph.nodes if node.op == "call_method" and node.target == NAME]
+
+
 def member_bounds(block: Any) -> list[tuple[Any, list[int]]]:
     """The op's calls in a loop body block's graph, each with its bounds: the table's rows, the ids' count."""
+    return [(node, [node.args[_TABLE][1], node.args[_IDS][2]]) for node in _calls(block)]
+
+
+def offsets(block: Any) -> list[tuple[str, int]]:
+    """Each buffer the op's calls in a loop body block read, with the offset (elements) its run starts at."""
     return [
-        (node, [node.args[_TABLE][1], node.args[_IDS][2]])
-        for node in block.graph.nodes
-        if node.op == "call_method" and node.target == NAME
+        (node.args[i][0], node.args[i][position])
+        for node in _calls(block) for i, position in _OFFSET.items() if node.args[i] is not None
     ]
 
 
@@ -117,6 +163,19 @@ def with_bounds(node: Any, rows: Any, count: Any) -> tuple[Any, ...]:
     name, _, stride, offset = args[_TABLE]
     args[_TABLE] = (name, rows, stride, offset)
     args[_IDS] = (*args[_IDS][:2], count)
+    return tuple(args)
+
+
+def key_args(node: Any, relative: Any) -> tuple[Any, ...]:
+    """The arguments of the op's call ``node`` as a structure's key compares them: without bounds (members read
+    theirs from the member table) and with each buffer's offset ``relative(buffer, offset)``, the part a member's
+    address in the member table does not add (DLRM's tables read runs of one ids tensor, each at its own offset)."""
+    args = list(with_bounds(node, None, None))
+    for i, position in _OFFSET.items():
+        if args[i] is not None:
+            ref = list(args[i])
+            ref[position] = relative(ref[0], ref[position])
+            args[i] = tuple(ref)
     return tuple(args)
 
 

@@ -168,3 +168,42 @@ def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_k
     assert "boom" in failed.detail and len(failed.nodes) == 1  # the first class: one member
     assert len(report.launches) == 2  # its stock kernel, and one kernel of the seven other classes
     torch.testing.assert_close(actual, expected)
+
+
+def layer_norms_of_four_bodies(*args):
+    """DLRM's dense features: per feature a transform (log1p of the clamped count, tanh, sigmoid, a clip), then a
+    layer norm with its own weight and bias."""
+    transforms = (lambda x: torch.log1p(x.clamp(min=0)), torch.tanh, torch.sigmoid, lambda x: x.clamp(-3, 3))
+    xs, params = args[: len(args) // 3], args[len(args) // 3:]
+    return [
+        F.layer_norm(transforms[i % 4](x), x.shape[-1:], params[2 * i], params[2 * i + 1]) for i, x in enumerate(xs)
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norms_of_four_bodies_become_one_kernel_of_four_classes(dtype):
+    widths = (8, 8, 8, 8, 32, 32, 32, 32, 64, 64, 64, 64)  # classes of rows of other lengths share the kernel too
+    xs = [torch.randn(20 + 7 * i, w, dtype=dtype) for i, w in enumerate(widths)]
+    params = [p for w in widths for p in (torch.randn(w, dtype=dtype), torch.randn(w, dtype=dtype))]
+    inputs = xs + params
+    report = compile_report(layer_norms_of_four_bodies, inputs, passes="horizontal")
+    assert len(compile_report(layer_norms_of_four_bodies, inputs, passes=None).launches) == 12
+    assert len(report.launches) == 1
+    (merge,) = _class_merges(report.rewrites)
+    assert "12 kernels of 12 bodies → one kernel (row reduction" in merge.detail
+    (kernel,) = report.kernels
+    assert "@triton_heuristics.persistent_reduction(" in kernel.source and "'r0_': 64}" in kernel.source
+    assert "R0_BLOCK: tl.constexpr = 8\n" in kernel.source and "R0_BLOCK: tl.constexpr = 64\n" in kernel.source
+    actual, expected, _ = _interpreted(layer_norms_of_four_bodies, inputs)
+    tolerance = {} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 2e-2}  # (eager rounds each op to bf16)
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def test_looped_row_reductions_are_no_class():
+    def fn(x, y):
+        return x.sum(1), torch.tanh(y).amax(1)
+
+    inputs = [torch.randn(4096, 2048), torch.randn(2048, 4096)]  # rows too long to be held in one block
+    report = compile_report(fn, inputs, passes="horizontal")
+    assert len(report.launches) == 2 and not _class_merges(report.rewrites)
+    assert any("not persistent" in r.detail for r in report.rewrites if r.rule == RULE)

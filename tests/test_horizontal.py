@@ -887,7 +887,7 @@ def test_sole_holders_of_more_than_30_tensors():
 def test_one_row_reductions_of_different_lengths_share_a_kernel_unless_their_bodies_use_the_length():
     # a sum of a small tensor is one row reduced (no split): 15, 7, 100 and 64 elements. One kernel, each member's
     # length read from the table (the kernel is the longest row's, its masks kept). A mean divides by the length:
-    # different bodies, kept apart
+    # different bodies, kept apart (no classes of one row: see test_row_reductions_of_any_row_counts)
     inputs = [torch.randn(*shape) for shape in ((3, 5), (7,), (100,), (4, 16))]
     sums, _, records = run_compiled(lambda *xs: [x.sum() for x in xs], inputs, horizontal=True)
     [fired] = [r for r in records if r.fired]
@@ -1061,8 +1061,10 @@ def test_row_reductions_of_any_row_counts(rows):
         return [x.amax(dim=1) for x in xs]
 
     inputs = [torch.randn(r, 70) for r in rows]
-    actual, expected, records = _run_in_interpreter(fn, inputs)
-    assert sum(r.fired for r in records) == 1
+    actual, expected, _ = _run_in_interpreter(fn, inputs)
+    # (one row is a body of its own, its length any; no class of a kernel of several bodies: Inductor's kernel of
+    # one row stores it from every lane, unmasked, and a class's blocks of rows would write over it)
+    assert len(compile_report(fn, inputs, passes="horizontal").launches) == (1 if rows[0] > 1 else 2)
     torch.testing.assert_close(actual, expected)
 
 
@@ -1290,11 +1292,12 @@ def norms_into_one_cat(*xs):
 
 def test_layer_norms_of_two_widths_in_one_cat_merge_by_width():
     # the cat's pieces are progressions of two bodies, each fused into its layer norm: the piece group takes
-    # pointwise pieces only, so they stay the member tables' (one kernel per width), not 12 kernels
+    # pointwise pieces only, so they stay the member tables' (one per width, two classes of one kernel), not 12
+    # kernels
     inputs = [torch.randn(64, 16) for _ in range(6)] + [torch.randn(64, 32) for _ in range(6)]
     report = compile_report(norms_into_one_cat, inputs)
     assert len(compile_report(norms_into_one_cat, inputs, passes=None).launches) == 12
-    assert len(report.launches) == 2
+    assert len(report.launches) == 1
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(norms_into_one_cat)(*inputs)
     torch.testing.assert_close(actual, norms_into_one_cat(*inputs))

@@ -4,6 +4,7 @@ of calls, member tables written per call, and a profile of synchronized calls (h
 
     python -m benchmarks per-call-profile --out DIR --cases multitask/small/fp32/inference \
         [--order optimus_ir stock optimus_ir stock]
+    python -m benchmarks per-call-profile --out DIR --cases sparse-arch-100/training   # a real model's case
 
 Variants are measured in ``--order``, each compiled cold (the suite measures optimus_ir last, after four others: a
 variant measured again after another tells the order's effect from the variant's). Writes
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -30,6 +33,7 @@ from benchmarks.measure import (
     variant_context,
     write_results,
 )
+from benchmarks.real_models import make_call, prepared_case
 from benchmarks.suite import parse_case, prepare
 
 PROFILED_CALLS = 20
@@ -53,10 +57,23 @@ def profile_text(call) -> str:
     )
 
 
+def _call(case: str) -> tuple[Callable[[], Any], str]:
+    """The compiled call of ``case`` (first call made) and its label: a suite case (``W/S/D/M``) or a real model's
+    (``model/mode``: the real suite's call, a training step's loss in eager)."""
+    if case.count("/") != 1:
+        parsed = parse_case(case)
+        return prepare(parsed, True)[0], parsed.label
+    _, mode, module, inputs = prepared_case(case, "cuda")
+    call = make_call(torch.compile(module), inputs, mode, list(module.parameters()))
+    call()
+    return call, case
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--cases", nargs="+", type=parse_case, required=True, metavar="W/S/D/M")
+    parser.add_argument("--cases", nargs="+", required=True, metavar="W/S/D/M|MODEL/MODE",
+                        help="suite cases (workload/size/dtype/mode) or real models' (model/mode)")
     parser.add_argument("--order", nargs="+", choices=("stock", "optimus_ir"), default=["stock", "optimus_ir"])
     args = parser.parse_args()
     variants = {v.name: v for v in VARIANTS}
@@ -66,17 +83,17 @@ def main() -> None:
         for position, variant in enumerate(variants[name] for name in args.order):
             torch._dynamo.reset()
             with cold_compile(), variant_context(variant), counting_table_writes() as writes:
-                call, _, _ = prepare(case, variant.compile)
+                call, label = _call(case)
                 written_at_compile = writes.call_count
                 synced_ms = cuda_time_ms(call)
                 host_us = host_us_per_call(call)
                 synced_again_ms = cuda_time_ms(call)
                 text = profile_text(call)
-            name = f"{case.workload}_{case.size}_{case.dtype}_{case.mode}_{position}_{variant.name}"
+            name = f"{label.replace('/', '_')}_{position}_{variant.name}"
             (args.out / f"per_call_profile_{name}.txt").write_text(text)
             rows.append(
                 {
-                    "case": case.label,
+                    "case": label,
                     "variant": variant.name,
                     "position": position,
                     "ms/call (synchronized)": synced_ms,

@@ -1,6 +1,6 @@
-"""The merged node of several classes (:class:`ClassesGroup`): independent pointwise kernels of different bodies,
-each class a member-table group of one body, generated as one kernel that sends each block to its class
-(:mod:`.dispatch`)."""
+"""The merged node of several classes (:class:`ClassesGroup`): independent kernels of different bodies, pointwise
+ones or persistent row reductions, each class a member-table group of one body, generated as one kernel that sends
+each block to its class (:mod:`.dispatch`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement
 
 
 class ClassesGroup(TableGroup):
-    """Classes of independent pointwise kernels, one body each, generated as one kernel.
+    """Classes of independent kernels, one body each, generated as one kernel: pointwise classes, or persistent row
+    reductions (DLRM's dense features: a layer norm after a log, a tanh, a sigmoid or a clip, by feature).
 
     Before (after the member-table merges; ``[tanh(x) for x in xs] + [sigmoid(y) for y in ys] + [gelu(z)]``)::
 
@@ -36,6 +37,7 @@ class ClassesGroup(TableGroup):
         self.members = [member for group in classes for member in group.members]
         super().__init__(self.members)
         self.classes = classes
+        self.reduction = classes[0].reduction
         self.scheduler.name_to_fused_node.update({n: self for m in self.members for n in m.get_operation_names()})
         self.one_allocations = {
             (k, slot): allocation
@@ -49,13 +51,17 @@ class ClassesGroup(TableGroup):
 
     def describe(self) -> str:
         sizes = [len(group.members) for group in self.classes]
-        return f"pointwise, classes of {min(sizes)}..{max(sizes)} members, a member table each"
+        kind = "row reduction" if self.reduction else "pointwise"
+        return f"{kind}, classes of {min(sizes)}..{max(sizes)} members, a member table each"
 
 
 def codegen_classes(backend: Any, group: ClassesGroup) -> None:
     """Emit one kernel for the classes of ``group``. A class whose kernel cannot be made gets its members' stock
     kernels (each error goes to the dump), and so does every class where the dispatch kernel cannot be made."""
-    placement = ClassPlacement.of([[s.numel for s in c.structures] for c in group.classes])
+    placement = ClassPlacement.of(
+        [[s.numel for s in c.structures] for c in group.classes], group.reduction,
+        max(s.rnumel for c in group.classes for s in c.structures),
+    )
     made, apart = [], []
     for c in group.classes:
         try:

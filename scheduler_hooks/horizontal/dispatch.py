@@ -15,7 +15,10 @@ class's member-table kernel becomes a device function, and one kernel sends each
             class_1(xtable1, xtable1, xtable1, xnumel, xpid - 8192 // XBLOCK, XBLOCK)
 
 The code grows with the classes, not with their members. Every class starts its members at multiples of one
-alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all.
+alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
+reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in
+its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the row is the longest class's, so that
+the block of rows the heuristics pick suits every class.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import copy
 from typing import Any
 
 import torch
+from torch._inductor.runtime.hints import ReductionHint
+from torch._inductor.runtime.runtime_utils import next_power_of_2
 from torch._inductor.utils import Placeholder
 
 from optimus_ir.scheduler_hooks.horizontal.kernel import CLASS_PID, MemberTableKernel
@@ -41,6 +46,7 @@ def dispatch_source(
     preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
     if len(preludes) != 1:
         raise NotImplementedError("classes with helper functions of their own")
+    reduction = _reduction(kernels)
     functions, calls, start = [], [], 0
     for k, (kernel, source) in enumerate(zip(kernels, sources)):
         definition = _class_function(source, f"class_{k}")
@@ -51,16 +57,29 @@ def dispatch_source(
         start += kernel.total
         calls.append(f"    {keyword} {CLASS_PID} < {start} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
     tables = [f"xtable{k}" for k in range(len(kernels))]
-    heuristics = (
-        "@triton_heuristics.pointwise(\n"
-        f"    size_hints={{'x': {kernels[0].size_hint_x}}}, \n"
-        "    filename=__file__,\n"
-        f"    triton_meta={meta[0]!r},\n"
-        f"    inductor_meta={meta[1]!r},\n"
-        f"    min_elem_per_thread={max(kernel.min_elem_per_thread for kernel in kernels)}\n"
-        ")\n"
-    )
-    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, xnumel, XBLOCK : tl.constexpr):\n"
+    if reduction:
+        hints = {kernel.features.get_reduction_hint(kernel.tiling_scores) for kernel in kernels}
+        heuristics = (
+            "@triton_heuristics.persistent_reduction(\n"
+            f"    size_hints={{'x': {kernels[0].size_hint_x}, 'r0_': {_row_size_hint(kernels)}}},\n"
+            f"    reduction_hint={hints.pop() if len(hints) == 1 else ReductionHint.DEFAULT},\n"
+            "    filename=__file__,\n"
+            f"    triton_meta={meta[0]!r},\n"
+            f"    inductor_meta={meta[1]!r}\n"
+            ")\n"
+        )
+    else:
+        heuristics = (
+            "@triton_heuristics.pointwise(\n"
+            f"    size_hints={{'x': {kernels[0].size_hint_x}}}, \n"
+            "    filename=__file__,\n"
+            f"    triton_meta={meta[0]!r},\n"
+            f"    inductor_meta={meta[1]!r},\n"
+            f"    min_elem_per_thread={max(kernel.min_elem_per_thread for kernel in kernels)}\n"
+            ")\n"
+        )
+    numels = "xnumel, r0_numel" if reduction else "xnumel"
+    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, {numels}, XBLOCK : tl.constexpr):\n"
     body = f"    {CLASS_PID} = tl.program_id(0)\n{''.join(calls)}"
     return preludes.pop() + "\n\n".join(functions) + "\n\n" + heuristics + header + body
 
@@ -73,6 +92,7 @@ def triton_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
     meta["signature"] = {
         **{f"xtable{k}": "*i64" for k in range(len(kernels))},
         "xnumel": "i32" if total < 2**31 else "i64",
+        **({"r0_numel": "i32"} if _reduction(kernels) else {}),
         "XBLOCK": "constexpr",
     }
     aligned = list(range(len(kernels))) + ([len(kernels)] if total % 16 == 0 else [])
@@ -101,12 +121,30 @@ def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, An
     wrapper = V.graph.wrapper_code
     wrapper.write_triton_header_once()
     tables, totals = zip(*(kernel.write_table(name) for kernel in kernels))
-    total = " + ".join(str(t) for t in totals)
+    numels = [" + ".join(str(t) for t in totals)]
+    if _reduction(kernels):  # (each class sets its own row length)
+        numels.append(str(max(s.rnumel for kernel in kernels for s in kernel.structures)))
     wrapper.generate_kernel_call(
-        name, [*tables, total], triton=True, arg_types=[torch.int64] * len(tables) + [int],
+        name, [*tables, *numels], triton=True, arg_types=[torch.int64] * len(tables) + [int] * len(numels),
         triton_meta=meta[0], inductor_meta=meta[1],
     )
     wrapper.writeline(f"del {', '.join(tables)}")
+
+
+def _reduction(kernels: list[MemberTableKernel]) -> bool:
+    """Whether the classes are row reductions; raises NotImplementedError unless all are persistent ones (a looped
+    reduction's block along the row is a parameter of its launch) or none reduces."""
+    if not any(kernel.inside_reduction for kernel in kernels):
+        return False
+    if not all(kernel.persistent_reduction and not kernel.no_x_dim for kernel in kernels):
+        raise NotImplementedError("classes of row reductions that are not all persistent, with rows of blocks")
+    return True
+
+
+def _row_size_hint(kernels: list[MemberTableKernel]) -> int:
+    """The longest class row's size hint (a power of two): the heuristics then pick blocks of rows that keep the
+    longest class's blocks within the registers Inductor allows one block, and smaller classes' within it too."""
+    return next_power_of_2(max(s.rnumel for kernel in kernels for s in kernel.structures))
 
 
 def _class_function(source: str, function: str) -> str:
@@ -131,7 +169,7 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid:
     for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
         if name in tensors:
             arguments.append(table)
-        elif name in ("xnumel", "XBLOCK"):
+        elif name in ("xnumel", "r0_numel", "XBLOCK"):
             arguments.append(name)
         elif name == CLASS_PID:
             arguments.append(pid)

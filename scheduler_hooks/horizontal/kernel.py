@@ -53,11 +53,13 @@ class ClassPlacement:
     size_hint_x: int
 
     @classmethod
-    def of(cls, numels: list[list[int]]) -> ClassPlacement:
-        """The placement of pointwise classes whose members have ``numels`` (by class)."""
-        align = block_alignment(max(max(n) for n in numels), reduction=False)
+    def of(cls, numels: list[list[int]], reduction: bool = False, rnumel: int = 1) -> ClassPlacement:
+        """The placement of classes whose members have ``numels`` (by class): pointwise ones, or row reductions
+        whose longest row is ``rnumel`` (the kernel's size hint along the row)."""
+        align = block_alignment(max(max(n) for n in numels), reduction)
         total = sum(-(-n // align) * align for members in numels for n in members)
-        return cls(align, pointwise_size_hint(total, align))
+        hint = reduction_size_hint(total, align, rnumel) if reduction else pointwise_size_hint(total, align)
+        return cls(align, hint)
 
 
 def pointwise_size_hint(total: int, align: int) -> int:
@@ -65,6 +67,20 @@ def pointwise_size_hint(total: int, align: int) -> int:
     to the largest block (no block the heuristics pick can span two), else ``align``, which bounds every block the
     heuristics pick (they never exceed the hint)."""
     return 1 << (total - 1).bit_length() if align == MAX_XBLOCK else align
+
+
+def reduction_size_hint(total: int, align: int, rnumel: int) -> int:
+    """A row-reduction member-table kernel's size hint along x, for rows of ``rnumel`` elements (0: symbolic): the
+    members' blocks end to end (what the launch covers, as for one tensor of all their rows) where no block the
+    heuristics or the autotuner can pick is larger than ``align`` (members padded to ``MAX_REDUCTION_XBLOCK`` rows
+    of at least ``MIN_RNUMEL_FOR_TOTAL_HINT`` elements). Elsewhere ``align``, which bounds every block the heuristics
+    pick (they never exceed the hint).
+
+    Row reductions of 64 × [256, 512]: a hint of 256 rows gives Inductor's one-row, four-warp config (for "few"
+    rows); the total, 16384, its two-row, one-warp one, as for one tensor of all rows.
+    """
+    wide_rows = align == MAX_REDUCTION_XBLOCK and rnumel >= MIN_RNUMEL_FOR_TOTAL_HINT
+    return 1 << (total - 1).bit_length() if wide_rows and torch.version.hip is None else align
 
 
 class MemberTableKernel(TritonKernel):
@@ -126,22 +142,13 @@ class MemberTableKernel(TritonKernel):
         self.size_hint_x = placement.size_hint_x if placement is not None else self._size_hint_x(reduction)
 
     def _size_hint_x(self, reduction: bool) -> int:
-        """The kernel's size hint along x, from which Inductor's heuristics pick its configs: the members' blocks
-        end to end (what the launch covers, as for one tensor of all their rows) where no block the heuristics or
-        the autotuner can pick is larger than ``align`` (pointwise members padded to the largest block; row
-        reductions padded to ``MAX_REDUCTION_XBLOCK`` rows of at least ``MIN_RNUMEL_FOR_TOTAL_HINT`` elements).
-        Elsewhere ``align``, which bounds every block the heuristics pick (they never exceed the hint).
-
-        Row reductions of 64 × [256, 512]: a hint of 256 rows gives Inductor's one-row, four-warp config (for
-        "few" rows); the total, 16384, its two-row, one-warp one, as for one tensor of all rows.
-        """
+        """The kernel's size hint along x, from which Inductor's heuristics pick its configs
+        (:func:`pointwise_size_hint`, :func:`reduction_size_hint`)."""
         if not reduction:
             return pointwise_size_hint(self.total, self.align)
-        total = 1 << (self.total - 1).bit_length()
         rnumel = math.prod(int(n) if isinstance(n, (int, sympy.Integer)) else 0
                            for prefix, n in self.numels.items() if prefix != "x")
-        wide_rows = self.align == MAX_REDUCTION_XBLOCK and rnumel >= MIN_RNUMEL_FOR_TOTAL_HINT
-        return total if wide_rows and torch.version.hip is None else self.align
+        return reduction_size_hint(self.total, self.align, rnumel)
 
     def _has_constant_mask(self, tree: Any) -> bool:
         if self.tiles is not None:  # Inductor's masks of one member; along y always where the grid spreads over z

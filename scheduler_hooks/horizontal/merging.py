@@ -170,7 +170,8 @@ def try_class_sets(nodes: list[Any], sets: list[list[tuple[Any, list[Structure]]
             record(RULE, False, left, f"not tried as kernels of several bodies: the memory estimates' budget "
                    f"({MAX_ESTIMATED_NODES} nodes) is spent")
             break
-        classes = [MemberTableGroup([m for m, _ in c], [s for _, s in c], False) for c in _classes(units)]
+        reduction = units[0][1][0].reduction
+        classes = [MemberTableGroup([m for m, _ in c], [s for _, s in c], reduction) for c in _classes(units)]
         # one body (the halves of a group the member-table merges split, put together another way): one class
         group = classes[0] if len(classes) == 1 else ClassesGroup(classes)
         nodes, why = check.merge(nodes, [(group, replaced)])

@@ -101,20 +101,27 @@ def grouping_policy() -> GroupingPolicy:
 
 
 def class_sets(units: list[ClassUnit]) -> list[list[ClassUnit]]:
-    """Which pointwise classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of at most
-    ``MAX_CLASSES`` with no path between two of them and at most ``MAX_MEMBERS`` members of one body, each cut by
-    size where padding every member to the blocks of the largest costs too much (``MAX_PADDING``, as for one
-    class)."""
+    """Which classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of pointwise classes, or of
+    row-reduction ones, of at most ``MAX_CLASSES`` with no path between two of them and at most ``MAX_MEMBERS``
+    members of one body, each cut by size where padding every member to the blocks of the largest costs too much
+    (``MAX_PADDING``, as for one class)."""
     sets: list[list[ClassUnit]] = []
     for unit in units:
         for kept in sets:
-            if len(kept) < MAX_CLASSES and _fits(unit, kept) and independent(unit[0], [node for node, _ in kept]):
+            if (
+                len(kept) < MAX_CLASSES and _reduces(kept[0]) == _reduces(unit) and _fits(unit, kept)
+                and independent(unit[0], [node for node, _ in kept])
+            ):
                 kept.append(unit)
                 break
         else:
             sets.append([unit])
-    parts = [part for kept in sets for part in _cut_by_padding(kept, False, lambda unit: unit[1])]
+    parts = [part for kept in sets for part in _cut_by_padding(kept, _reduces(kept[0]), lambda unit: unit[1])]
     return [part for part in parts if len(part) > 1]
+
+
+def _reduces(unit: ClassUnit) -> bool:
+    return unit[1][0].reduction
 
 
 def _fits(unit: ClassUnit, kept: list[ClassUnit]) -> bool:

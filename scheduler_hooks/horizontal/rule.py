@@ -36,9 +36,17 @@ from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_once
 from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class_sets, try_groups
 from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit, class_sets, grouping_policy
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure, structure_of, tiling_prefixes, triton_backend
+from optimus_ir.scheduler_hooks.horizontal.structure import (
+    Structure,
+    persistent_row_reduction,
+    structure_of,
+    tiling_prefixes,
+    triton_backend,
+)
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
+
+_NOT_PERSISTENT = "a row reduction Inductor does not keep in one block per row (not persistent)"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -60,10 +68,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     Groups are split, not abandoned, where merging would raise the estimated peak memory, where padding the members
     to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``; they are tried whole first, then
     halved level by level, within ``MAX_ESTIMATED_NODES``. A group whose own inputs and outputs alone are above the
-    ceiling of the peak is split without an estimate (``memory.live_while_running``). Then the pointwise kernels
-    left, merged groups and kernels of their own, become one kernel of several bodies where they are independent
-    (:class:`~.classes.ClassesGroup`, one class per body), under the same memory check. Each decision is in the
-    dump.
+    ceiling of the peak is split without an estimate (``memory.live_while_running``). Then the kernels left,
+    merged groups and kernels of their own, pointwise ones and persistent row reductions apart, become one kernel of
+    several bodies where they are independent (:class:`~.classes.ClassesGroup`, one class per body), under the same
+    memory check. Each decision is in the dump.
     """
 
     name = RULE
@@ -126,25 +134,38 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
 
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
-    """In schedule order, the nodes that can be a class of a kernel of several bodies: pointwise merged groups,
-    and pointwise candidates left alone that may run over their flat index (:func:`.cost.flat_run_refusal`), of
-    static sizes, that update nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only
-    its table) and no buffer their structure does not name (one read through another's mutation). Groups in 2-d
-    tiles are not: a class runs over its flat index."""
+    """In schedule order, the nodes that can be a class of a kernel of several bodies: merged groups, and candidates
+    left alone, that are pointwise and may run over their flat index (:func:`.cost.flat_run_refusal`), or persistent
+    row reductions (:func:`.structure.persistent_row_reduction`) of more than one row; of static sizes, that update nothing in place,
+    read no 0-d CPU tensor (passed by value, where a class takes only its table) and no buffer their structure does
+    not name (one read through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
-        if isinstance(node, MemberTableGroup) and not node.reduction and node.tiles is None:
+        if isinstance(node, MemberTableGroup) and node.tiles is None:
+            if node.reduction and not persistent_row_reduction(node.members[0]):
+                continue
             structures = node.structures
         elif id(node) in candidates and node.used_buffer_names() <= set(candidates[id(node)].slots):
             prefixes = tiling_prefixes(triton_backend(node), node)
-            why = flat_run_refusal(prefixes, node, candidates[id(node)])
+            if prefixes == ("x", "r0_"):
+                why = None if persistent_row_reduction(node) else _NOT_PERSISTENT
+            else:
+                why = flat_run_refusal(prefixes, node, candidates[id(node)])
             if why is not None:
-                if "r0_" not in prefixes and planned[candidates[id(node)].key] == 1:  # (reductions: no classes)
+                if planned[candidates[id(node)].key] == 1:
                     refused.setdefault(why, []).append(node.get_name())
                 continue
             structures = [candidates[id(node)]]
         else:
+            continue
+        if structures[0].reduction and any(s.numel == 1 for s in structures):
+            # Inductor's kernel of one row stores it with no mask along x: every block of rows a class's alignment
+            # gives the member would store its masked-out rows' value over it
+            if planned[structures[0].key] == 1:
+                refused.setdefault("one row reduced: stored from every block of rows, unmasked", []).append(
+                    node.get_name()
+                )
             continue
         if all(s.numel_expr is None and not s.updates_in_place and not s.key[-1] for s in structures):
             units.append((node, structures))

@@ -43,6 +43,8 @@ class Structure:
     #: the bound of each index loaded from a tensor (a table's rows), by subnode and order, where it is a number
     #: (:func:`member_bounds`): members whose bounds differ read theirs from the member table (not part of the key)
     indirect_sizes: tuple[int, ...] = ()
+    #: whether the member reduces (one of its subnodes does; part of the key)
+    reduction: bool = False
 
 
 _ADDRESSING_OPS = ("load", "store", "store_reduction")
@@ -73,10 +75,11 @@ def _graph_key(
     slot_of: dict[str, int],
     index_text: Callable[[str], str],
     address_offset: Callable[[str, str], int],
+    run_offset: Callable[[str, int], int],
 ) -> tuple[Any, ...]:
     """An FX graph of ``ops.*`` calls as a tuple: buffer names replaced by their slots, index names by their
     expressions (without the constant a member adds to a buffer's addresses), each load/store with the constant its
-    index adds beyond that."""
+    index adds beyond that, each ``segment_sum`` with the offsets of its runs beyond that."""
     position = {node: i for i, node in enumerate(graph.nodes)}
 
     def arg_key(arg: Any) -> Any:
@@ -93,7 +96,7 @@ def _graph_key(
         if node.op == "call_module" and node.target == "get_index":
             keys.append(("get_index", index_text(node.args[0])))
             continue
-        args = segment_sum.with_bounds(node, None, None) if node.target == segment_sum.NAME else node.args
+        args = segment_sum.key_args(node, run_offset) if node.target == segment_sum.NAME else node.args
         entry = (node.op, str(node.target), arg_key(args), arg_key(tuple(sorted(node.kwargs.items()))))
         if node.op == "call_method" and node.target in _ADDRESSING_OPS:
             entry += (address_offset(node.args[2].args[0], node.args[1]),)
@@ -226,6 +229,8 @@ class _Tracer:
             exprs[name] = (rest, constant)  # compared structurally (sympy); str() of every index cost more
             for buffer in buffers or ():
                 self.constants.setdefault(buffer, []).append(constant)
+        for buffer, offset in (run for block in blocks for run in segment_sum.offsets(block)):
+            self.constants.setdefault(buffer, []).append(offset)
         return exprs
 
     def structure(self) -> Structure | str:
@@ -255,6 +260,7 @@ class _Tracer:
             key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
             tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
             tuple(size for snode, *_ in self.traced for size in member_bounds(snode._body)),
+            any(snode.is_reduction() for snode, *_ in self.traced),
         )
 
     def _key_part(self, traced: Any, base: dict[str, int], one_row: bool) -> tuple[Any, ...]:
@@ -266,6 +272,7 @@ class _Tracer:
                 self.slot_of,
                 lambda name, exprs=exprs: exprs[name][0],
                 lambda name, buffer, exprs=exprs: exprs[name][1] - base.get(buffer, 0),
+                lambda buffer, offset: offset - base.get(buffer, 0),
             )
             for block in blocks
         )
@@ -331,6 +338,23 @@ def _tiling(backend: Any, node: Any) -> dict[str, Any]:
 def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
     """The dimensions of Inductor's tiling for the node's kernel: ``("x",)``, ``("x", "r0_")``, ``("y", "x")``..."""
     return tuple(_tiling(backend, node))
+
+
+def persistent_row_reduction(node: Any) -> bool:
+    """Whether Inductor's kernel for the node is a persistent row reduction (tiling ``(x, r0_)``, each block holding
+    whole rows), asked as Inductor's kernel asks it: the only reductions a class of a kernel of several bodies can
+    be, since their block along the row is fixed in their own code, not a parameter of the launch."""
+    from torch._inductor import config
+    from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
+
+    backend = triton_backend(node)
+    if backend is None or tiling_prefixes(backend, node) != ("x", "r0_"):
+        return False
+    if config.triton.cooperative_reductions or config.triton.force_cooperative_reductions or config.triton.multi_kernel:
+        return False
+    _, (numel, rnumel) = node.group
+    features = SIMDKernelFeatures(backend.generate_node_schedule(list(node.get_nodes()), numel, rnumel), numel, rnumel)
+    return V.choices.should_use_persistent_reduction(features, cooperative_reduction=False)
 
 
 def _two_d_tiles(node: Any) -> dict[str, int] | None:
