@@ -18,7 +18,7 @@ from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir.graph_state import current as graph_state
 from optimus_ir.scheduler_hooks.horizontal import buffers
-from optimus_ir.scheduler_hooks.horizontal.buffers import InputKind, input_kind, kernel_local
+from optimus_ir.scheduler_hooks.horizontal.buffers import InputKind, in_blocks, input_kind, kernel_local
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK
 
@@ -61,7 +61,9 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
 
     Only the members' own buffers (not an input updated in place, not written at an offset into another buffer), of
     static contiguous layouts and no elements of their own left out (a buffer only its own kernel reads is never
-    allocated)."""
+    allocated), where the caching allocator counts the one allocation as no more than the separate ones
+    (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block, 15 MiB together a
+    segment of 16 MiB counted whole)."""
     if structures[0].numel_expr is not None or buffers.cudagraph_trees():
         return {}
     scheduler = members[0].scheduler
@@ -113,6 +115,8 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
             shape = (sum(rows) + sum(padding), *shapes[0][1:])
             region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
         else:
+            continue
+        if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
             continue
         allocations[slot] = OneAllocation(
             names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding

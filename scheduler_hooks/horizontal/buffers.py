@@ -11,7 +11,7 @@ from torch._inductor.utils import is_nonfreeable_buffers, sympy_product
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
-from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK
+from optimus_ir.scheduler_hooks.horizontal.tuning import ALLOCATION_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_SIZE
 
 
 def is_tangent(name: str) -> bool:
@@ -25,8 +25,12 @@ def cudagraph_trees() -> bool:
 
 
 def in_blocks(nbytes: int) -> int:
-    """What the CUDA caching allocator hands out for an allocation of ``nbytes``: whole 512-byte blocks."""
-    return -(-nbytes // ALLOCATION_BLOCK) * ALLOCATION_BLOCK
+    """What the CUDA caching allocator hands out (and ``torch.cuda.memory_allocated`` counts) for a new allocation
+    of ``nbytes``: whole 512-byte blocks; from ``MIN_LARGE_ALLOC`` on, the whole segment where rounding it up to
+    ``ROUND_LARGE`` leaves at most ``SMALL_SIZE`` over (15 MiB: 16 MiB)."""
+    size = -(-nbytes // ALLOCATION_BLOCK) * ALLOCATION_BLOCK
+    segment = -(-size // ROUND_LARGE) * ROUND_LARGE
+    return segment if size >= MIN_LARGE_ALLOC and segment - size <= SMALL_SIZE else size
 
 
 class BufferBytes:

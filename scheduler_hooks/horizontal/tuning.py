@@ -34,6 +34,10 @@ MAX_EMPTY_BLOCKS = 2048
 MAX_ESTIMATED_NODES = 32768
 #: The CUDA caching allocator rounds every allocation up to a multiple of this many bytes.
 ALLOCATION_BLOCK = 512
+#: The caching allocator's large allocations (``c10/cuda/CUDACachingAllocator.cpp``): from ``MIN_LARGE_ALLOC``
+#: bytes on, a new request is a segment of its own rounded up to ``ROUND_LARGE``, and a block is split only where
+#: more than ``SMALL_SIZE`` would be left over; a block not split is allocated, and counted, whole.
+SMALL_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE = 1 << 20, 10 << 20, 2 << 20
 
 
 def block_alignment(max_numel: int, reduction: bool) -> int:
