@@ -136,9 +136,10 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
     """In schedule order, the nodes that can be a class of a kernel of several bodies: merged groups, and candidates
     left alone, that are pointwise and may run over their flat index (:func:`.cost.flat_run_refusal`), or persistent
-    row reductions (:func:`.structure.persistent_row_reduction`) of more than one row; of static sizes, that update nothing in place,
-    read no 0-d CPU tensor (passed by value, where a class takes only its table) and no buffer their structure does
-    not name (one read through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
+    row reductions (:func:`.structure.persistent_row_reduction`) of more than one row; of static sizes, that update
+    nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only its table) and no buffer
+    their structure does not name (one read through another's mutation). Groups in 2-d tiles are not: a class runs
+    over its flat index."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:

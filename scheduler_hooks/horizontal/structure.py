@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
-from torch._inductor import ir
+from torch._inductor import config, ir
 from torch._inductor.codegen.cuda_combined_scheduling import CUDACombinedScheduling
+from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.codegen.triton import TritonScheduling
 from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
 from torch._inductor.virtualized import V
@@ -344,13 +345,11 @@ def persistent_row_reduction(node: Any) -> bool:
     """Whether Inductor's kernel for the node is a persistent row reduction (tiling ``(x, r0_)``, each block holding
     whole rows), asked as Inductor's kernel asks it: the only reductions a class of a kernel of several bodies can
     be, since their block along the row is fixed in their own code, not a parameter of the launch."""
-    from torch._inductor import config
-    from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
-
     backend = triton_backend(node)
     if backend is None or tiling_prefixes(backend, node) != ("x", "r0_"):
         return False
-    if config.triton.cooperative_reductions or config.triton.force_cooperative_reductions or config.triton.multi_kernel:
+    triton = config.triton
+    if triton.cooperative_reductions or triton.force_cooperative_reductions or triton.multi_kernel:
         return False
     _, (numel, rnumel) = node.group
     features = SIMDKernelFeatures(backend.generate_node_schedule(list(node.get_nodes()), numel, rnumel), numel, rnumel)
