@@ -27,6 +27,7 @@ masked to its own run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -108,8 +109,6 @@ def fusion_score_without_shared_runs(stock: Any) -> Any:
     without the buffers both read through this op alone. Each table's sum reads its own run of one ids tensor
     (DLRM's ``sparse.unbind(0)``); read whole, as here, that tensor would look shared, and Inductor would fuse up to
     64 tables' kernels by it for no saving, in groups of different bodies that the horizontal pass cannot merge."""
-    import functools
-
     from torch._inductor.dependencies import StarDep
 
     @functools.wraps(stock)
