@@ -14,6 +14,7 @@ import platform
 import statistics
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,13 @@ VARIANTS = [
 def variant_context(variant: Variant) -> Iterator[None]:
     with torch._inductor.config.patch(variant.inductor_config), optimus_ir.enabled(variant.passes):
         yield
+
+
+def own_copy(fn: Callable, tag: str) -> Callable:
+    """``fn`` with a code object of its own: Dynamo caches compiled graphs per code object, so each copy keeps the
+    graph compiled for it."""
+    code = fn.__code__.replace(co_name=f"{fn.__name__}_{tag}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:

@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from benchmarks.measure import (
     host_us_per_call,
     inductor_call_us_per_call,
     max_rel_error,
+    own_copy,
     variant_context,
     write_results,
 )
@@ -67,13 +67,6 @@ COMPILED = [
 ]
 NOTHING = "nothing (Dynamo + AOTAutograd only)"
 FRESH = "fresh outputs, no kernel (Dynamo + AOTAutograd + making and freeing the outputs)"
-
-
-def own_copy(fn: Callable, tag: str) -> Callable:
-    """``fn`` with a code object of its own: Dynamo caches compiled graphs per code object, so each copy keeps the
-    graph compiled for it."""
-    code = fn.__code__.replace(co_name=f"{fn.__name__}_{tag}")
-    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
 def compiled_nothing(fn: Callable, outputs: list[torch.Tensor]) -> Callable:

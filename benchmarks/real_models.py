@@ -12,7 +12,8 @@ stays in ``eval()`` in both modes (BatchNorm on its running statistics, no dropo
 compute the same function and their gradients compare.
 
 Per row: kernels per call (training: per step, the forward's, the backward's and the eager loss's), ms per call (per
-step; CUDA events around each call, the host's launches in), GPU ms per call (the kernels' profiled durations
+step; CUDA events around each call, the host's launches in; the variants timed in turns, and stock's time over
+each variant's taken round by round), GPU ms per call (the kernels' profiled durations
 summed: the device's part alone), peak MiB of one call above what was allocated before it, first call seconds (the
 compile, forward and backward), max relative error against eager (training: of the outputs and of every
 parameter's gradient) and against stock, and optimus_ir's rule decisions. A variant that fails leaves its error in
@@ -29,7 +30,9 @@ Any failure or slowdown is a bug to fix, not a row to drop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import statistics
 import sys
 import time
 import traceback
@@ -51,6 +54,7 @@ from benchmarks.measure import (
     kernel_ms_per_call,
     kernels_per_call,
     max_rel_error,
+    own_copy,
     peak_memory_bytes,
     timed_first_call,
     variant_context,
@@ -63,13 +67,14 @@ from optimus_ir.testing.workloads import output_loss
 
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
-COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "GPU ms/call", "peak MiB", "first call s",
-           "max rel err", "vs stock", "rules fired", "rules rejected", "error"]
+COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "stock / this", "GPU ms/call", "peak MiB",
+           "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
            "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}
-#: calls before the timed ones, and timed calls: few, so that the default run fits in about 8 minutes on one H200
-WARMUP, REPEAT = 3, 20
+#: calls before the timed ones and timed calls of a round, and rounds: few, so that the default run fits in about 8
+#: minutes on one H200
+WARMUP, REPEAT, ROUNDS = 3, 20, 5
 
 
 def select(set_name: str, only: list[str] | None) -> list[RealModel]:
@@ -130,7 +135,9 @@ def drop_grads(params: list[nn.Parameter]) -> None:
 
 def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, Any]]:
     """The rows of one model in one mode: eager's result first (the reference), then each variant, compiled cold
-    on the same module. A failure goes in its row (eager's: the case's only row)."""
+    on the same module, each through a function of its own (:func:`own_copy`), so that all stay compiled; then the
+    variants' ms per call, timed in turns (:func:`time_in_turns`). A failure goes in its row (eager's: the case's
+    only row)."""
     case = {"model": model.name, "mode": mode}
     try:
         module, inputs = prepared(model, mode, "cuda")
@@ -139,23 +146,76 @@ def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, An
     except Exception as error:  # the case's row says why; the other cases go on
         traceback.print_exc()
         return [case | {"variant": "eager", "error": _error(error)}]
-    rows: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, Any]] = {}
     results: dict[str, list[torch.Tensor]] = {}
-    for variant in SUITE_VARIANTS:
-        row = case | {"variant": variant.name}
+    calls: dict[str, tuple[Variant, Callable[[], list[torch.Tensor]]]] = {}
+    torch._dynamo.reset()
+    # each variant's cache directories stay until the timing is done: its kernels were loaded from them
+    with contextlib.ExitStack() as caches:
+        for variant in SUITE_VARIANTS:
+            row = rows[variant.name] = case | {"variant": variant.name}
+            try:
+                caches.enter_context(cold_compile(reset=False))
+                call = make_call(torch.compile(own_copy(_forward(module), variant.name)), inputs, mode, params)
+                row |= measure_variant(variant, call, params, expected, results)
+                calls[variant.name] = (variant, call)
+            except Exception as error:  # the row says why; the other variants go on
+                traceback.print_exc()
+                row["error"] = _error(error)
+            finally:
+                drop_grads(params)
+                gc.collect()
+                torch.cuda.empty_cache()
+            print(f"[{time.perf_counter() - start:5.0f} s] {_progress(row)}", flush=True)
         try:
-            call = make_call(torch.compile(module), inputs, mode, params)
-            row |= measure_variant(variant, call, params, expected, results)
-        except Exception as error:  # the row says why; the other variants go on
+            for name, times in time_in_turns(calls).items():
+                rows[name] |= times
+                print(f"[{time.perf_counter() - start:5.0f} s] {_progress(rows[name])}", flush=True)
+        except Exception as error:  # the rows say why; the other cases go on
             traceback.print_exc()
-            row["error"] = _error(error)
+            for name in calls:
+                rows[name]["error"] = _error(error)
         finally:
             drop_grads(params)
-            gc.collect()
-            torch.cuda.empty_cache()
-        rows.append(row)
-        print(f"[{time.perf_counter() - start:5.0f} s] {_progress(row)}", flush=True)
-    return rows
+    torch._dynamo.reset()
+    return list(rows.values())
+
+
+def _forward(module: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(*args: Any) -> Any:
+        return module(*args)
+
+    return forward
+
+
+def time_in_turns(calls: dict[str, tuple[Variant, Callable[[], Any]]]) -> dict[str, dict[str, Any]]:
+    """Each variant's ms per call (CUDA events around each call, the median of ``REPEAT``), timed in ``ROUNDS``
+    rounds, the order rotating each round: the host's speed drifts within a run (one variant measured 4.98 and
+    12.47 ms per call in one process), and variants timed one after another would take that drift as theirs.
+    Per variant: the median over rounds, and the median over rounds of stock's time over its own in the same
+    round. A call that compiles again while timed fails the case: the variants no longer run what was measured."""
+    names = list(calls)
+    by_round: dict[str, list[float]] = {name: [] for name in names}
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for round_ in range(ROUNDS):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            variant, call = calls[name]
+            with variant_context(variant):
+                by_round[name].append(cuda_time_ms(call, REPEAT, WARMUP))
+    recompiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+    if recompiled:
+        raise RuntimeError(f"{recompiled} graph(s) compiled while timing the variants in turns")
+    return {
+        name: {
+            "ms/call": statistics.median(times),
+            "stock / this": (
+                statistics.median(s / t for s, t in zip(by_round["stock"], times, strict=True))
+                if "stock" in by_round else None
+            ),
+            "ms/call by round": " ".join(f"{ms:.3f}" for ms in times),
+        }
+        for name, times in by_round.items()
+    }
 
 
 def measure_variant(
@@ -165,13 +225,13 @@ def measure_variant(
     expected: list[torch.Tensor],
     results: dict[str, list[torch.Tensor]],
 ) -> dict[str, Any]:
-    """One variant's measures of ``call`` (a compiled call, not called yet); its first result goes in ``results``.
-    Every call is inside the cold compile, the first one timed: the backward is compiled at its first call too. The
-    peak is measured from no gradient alive (``params``'), as in eager's first step, the same for every variant."""
-    with cold_compile(), variant_context(variant), recording() as records:
+    """One variant's measures of ``call`` (a compiled call, not called yet, inside a cold compile) but its time per
+    call; its first result goes in ``results``. The first call is timed: the backward is compiled at its first call
+    too. The peak is measured from no gradient alive (``params``'), as in eager's first step, the same for every
+    variant."""
+    with variant_context(variant), recording() as records:
         result, first_call_s = timed_first_call(call)
-        metrics = {"kernels/call": kernels_per_call(call), "ms/call": cuda_time_ms(call, REPEAT, WARMUP),
-                   "GPU ms/call": kernel_ms_per_call(call)}
+        metrics = {"kernels/call": kernels_per_call(call), "GPU ms/call": kernel_ms_per_call(call)}
         drop_grads(params)
         metrics["peak MiB"] = peak_memory_bytes(call) / 2**20
     results[variant.name] = result
@@ -196,7 +256,7 @@ def _progress(row: dict[str, Any]) -> str:
     label = f"{row['model']}/{row['mode']} {row['variant']}"
     if "error" in row:
         return f"{label}: ERROR {row['error'][:200]}"
-    return f"{label}: " + ", ".join(f"{k} {_number(row[k])}" for k in COLUMNS[3:10])
+    return f"{label}: " + ", ".join(f"{k} {_number(row[k])}" for k in COLUMNS[3:11] if k in row)
 
 
 def _number(value: Any) -> str:

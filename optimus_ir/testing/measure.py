@@ -25,21 +25,25 @@ COLD_COMPILE_CONFIG = {
 
 
 @contextlib.contextmanager
-def cold_compile() -> Iterator[None]:
+def cold_compile(reset: bool = True) -> Iterator[None]:
     """Everything compiled inside compiles from scratch, whatever the process compiled before: Dynamo reset, fresh
     (temporary) Inductor and Triton cache directories, no FX-graph or AOTAutograd cache, no max-autotune. Keep
-    every call of the compiled code inside too, so that a recompile (or a lazy backward compile) is cold as well."""
+    every call of the compiled code inside too, so that a recompile (or a lazy backward compile) is cold as well.
+    With ``reset=False`` Dynamo keeps what it compiled before and after (functions of their own code objects,
+    compiled one after another and all called later, are each still compiled from scratch)."""
     import torch._functorch.config
     from torch._inductor.utils import fresh_cache
 
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     with (
         fresh_cache(),
         torch._inductor.config.patch(COLD_COMPILE_CONFIG),
         torch._functorch.config.patch(enable_autograd_cache=False),
     ):
         yield
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
 
 
 def cuda_events(fn: Callable[[], Any], calls: int = 1) -> list[Any]:
