@@ -15,7 +15,7 @@ from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
 from optimus_ir.scheduler_hooks.horizontal import dispatch, planning
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.structure import PERSISTENT, POINTWISE, Structure
 
 RULE = "IdenticalKernelsToMemberTableKernel"
 OPS = (torch.tanh, torch.sigmoid, F.gelu, F.silu, lambda x: x.clamp(-0.5, 0.5), torch.relu, lambda x: x * 2 + 1,
@@ -97,7 +97,7 @@ def test_training_step_with_gradients_from_outside_merges_forward_and_backward()
 
 def test_classes_too_different_in_size_go_to_different_kernels():
     def unit(i, numels):  # a body of its own each
-        return SimpleNamespace(get_name=lambda i=i: f"op{i}"), [Structure((i,), [], n, []) for n in numels]
+        return SimpleNamespace(get_name=lambda i=i: f"op{i}"), [Structure((i,), [], n, []) for n in numels], POINTWISE
 
     # members start at multiples of one block for every class: 31 classes of 100 one-element members next to a
     # 4M-element one would launch ~12000 empty blocks and nearly double the work; a few such classes would not
@@ -199,11 +199,52 @@ def test_layer_norms_of_four_bodies_become_one_kernel_of_four_classes(dtype):
     torch.testing.assert_close(actual, expected, **tolerance)
 
 
-def test_looped_row_reductions_are_no_class():
-    def fn(x, y):
-        return x.sum(1), torch.tanh(y).amax(1)
+def looped_reductions_of_three_bodies(x, y, z, w):
+    return x.sum(1), torch.tanh(y).amax(1), (z * z).sum(1), w.sum(1)
 
-    inputs = [torch.randn(4096, 2048), torch.randn(2048, 4096)]  # rows too long to be held in one block
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_looped_row_reductions_of_three_bodies_become_one_kernel(dtype):
+    # rows too long to be held in one block: Inductor loops over them with the launch's R0_BLOCK
+    inputs = [torch.randn(*shape, dtype=dtype) for shape in ((40, 2048), (24, 4096), (33, 3000), (40, 2048))]
+    assert len(compile_report(looped_reductions_of_three_bodies, inputs, passes=None).launches) == 4
+    report = compile_report(looped_reductions_of_three_bodies, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    (merge,) = _class_merges(report.rewrites)
+    assert "4 kernels of 3 bodies → one kernel (row reduction" in merge.detail
+    (kernel,) = report.kernels
+    assert "@triton_heuristics.reduction(" in kernel.source and "'r0_': 4096}" in kernel.source
+    assert "XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):\n    xpid = tl.program_id(0)" in kernel.source
+    actual, expected, _ = _interpreted(looped_reductions_of_three_bodies, inputs)
+    # sums of thousands of values in another order than eager's; in bf16, eager rounds each partial sum
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 5e-1, "rtol": 2e-2}
+    torch.testing.assert_close(actual, expected, **tolerance)
+
+
+def test_persistent_and_looped_row_reductions_are_apart():
+    def fn(x, y, z):
+        return x.sum(1), y.amax(1), torch.tanh(z).sum(1)
+
+    inputs = [torch.randn(64, 4096), torch.randn(64, 4096), torch.randn(96, 64)]  # two looped, one persistent
     report = compile_report(fn, inputs, passes="horizontal")
-    assert len(report.launches) == 2 and not _class_merges(report.rewrites)
-    assert any("not persistent" in r.detail for r in report.rewrites if r.rule == RULE)
+    assert len(report.launches) == 2
+    (merge,) = _class_merges(report.rewrites)
+    assert "2 kernels of 2 bodies → one kernel" in merge.detail
+
+
+def test_classes_whose_kernels_are_of_two_kinds_are_one_kernel_per_kind():
+    # planning asks each node what kind of kernel it is; where a class's kernel turns out another kind, the classes
+    # of each kind are one kernel (one class alone: its member-table kernel), and the dump says so
+    inputs = [torch.randn(*shape) for shape in ((40, 2048), (24, 4096), (33, 3000), (40, 2048))]
+    kind_of = dispatch.kind_of
+
+    def another_kind_for_rows_of_3000(kernel):
+        return PERSISTENT if kernel.structures[0].rnumel == 3000 else kind_of(kernel)
+
+    with mock.patch.object(dispatch, "kind_of", another_kind_for_rows_of_3000):
+        report = compile_report(looped_reductions_of_three_bodies, inputs, passes="horizontal")
+        actual, expected, records = _interpreted(looped_reductions_of_three_bodies, inputs)
+    assert len(report.launches) == 2
+    assert sum("@triton_heuristics.reduction(" in k.source and "xtable1" in k.source for k in report.kernels) == 1
+    assert any("made as 2 kernels, one per kind" in r.detail and not r.fired for r in records)
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)

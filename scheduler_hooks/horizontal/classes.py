@@ -1,26 +1,31 @@
 """The merged node of several classes (:class:`ClassesGroup`): independent kernels of different bodies, pointwise
-ones or persistent row reductions, each class a member-table group of one body, generated as one kernel that sends
-each block to its class (:mod:`.dispatch`)."""
+ones or row reductions (persistent or looped), each class a member-table group of one body, generated as one kernel
+that sends each block to its class (:mod:`.dispatch`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal import dispatch
 from optimus_ir.scheduler_hooks.horizontal.group import (
+    GroupKernel,
     MemberTableGroup,
     TableGroup,
     after_call,
     before_call,
+    codegen_member_table_group,
     codegen_one_by_one,
     group_kernel,
 )
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement
+from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 
 
 class ClassesGroup(TableGroup):
-    """Classes of independent kernels, one body each, generated as one kernel: pointwise classes, or persistent row
-    reductions (DLRM's dense features: a layer norm after a log, a tanh, a sigmoid or a clip, by feature).
+    """Classes of independent kernels, one body each, generated as one kernel: pointwise classes, persistent row
+    reductions (DLRM's dense features: a layer norm after a log, a tanh, a sigmoid or a clip, by feature), or looped
+    row reductions (sums and maxima of rows too long for one block).
 
     Before (after the member-table merges; ``[tanh(x) for x in xs] + [sigmoid(y) for y in ys] + [gelu(z)]``)::
 
@@ -56,45 +61,61 @@ class ClassesGroup(TableGroup):
 
 
 def codegen_classes(backend: Any, group: ClassesGroup) -> None:
-    """Emit one kernel for the classes of ``group``. A class whose kernel cannot be made gets its members' stock
-    kernels (each error goes to the dump), and so does every class where the dispatch kernel cannot be made."""
+    """Emit one kernel for the classes of ``group``: one per kind of kernel Inductor made of them
+    (:func:`.dispatch.kind_of`: planning asked each node, and a class's kernel, made with the member table, may
+    still be of another kind; a kind of one class is that class's member-table kernel). A class whose kernel cannot
+    be made gets its members' stock kernels (each error goes to the dump), and so does every class of a dispatch
+    kernel that cannot be made."""
     placement = ClassPlacement.of(
         [[s.numel for s in c.structures] for c in group.classes], group.reduction,
         max(s.rnumel for c in group.classes for s in c.structures),
     )
-    made, apart = [], []
+    by_kind: dict[str, list[tuple[MemberTableGroup, GroupKernel]]] = {}
+    apart: list[tuple[MemberTableGroup, Exception]] = []
     for c in group.classes:
         try:
-            made.append((c, group_kernel(backend, c, placement)))
+            made = group_kernel(backend, c, placement)
+            by_kind.setdefault(dispatch.kind_of(made.kernel), []).append((c, made))
         except Exception as error:  # a rule must never fail a compile
             apart.append((c, error))
-    kernels = [m.kernel for _, m in made]
-    try:
-        meta = dispatch.triton_meta(kernels), dispatch.inductor_meta(kernels)
-        source = dispatch.dispatch_source(kernels, [m.source for _, m in made], meta)
-    except Exception as error:
-        apart += [(c, error) for c, _ in made]
-        made = []
-    _codegen_apart(backend, group, apart)
-    if made:
+    if len(by_kind) > 1:
+        record(
+            RULE, False, [m.get_name() for m in group.members],
+            f"made as {len(by_kind)} kernels, one per kind of Inductor's kernels of its classes ({', '.join(by_kind)})",
+        )
+    kernels, alone = [], [made[0][0] for made in by_kind.values() if len(made) == 1]
+    for made in [made for made in by_kind.values() if len(made) > 1]:
+        of_kind = [m.kernel for _, m in made]
+        try:
+            meta = dispatch.triton_meta(of_kind), dispatch.inductor_meta(of_kind)
+            kernels.append((made, meta, dispatch.dispatch_source(of_kind, [m.source for _, m in made], meta)))
+        except Exception as error:
+            apart += [(c, error) for c, _ in made]
+    _codegen_apart(backend, group, apart, alone)
+    for made, meta, source in kernels:
         schedule = [node for _, m in made for node in m.schedule]
-        kernel_name = backend.define_kernel(source, schedule, kernels[0])
+        kernel_name = backend.define_kernel(source, schedule, made[0][1].kernel)
         for c, m in made:
             m.kernel.kernel_name = kernel_name
             before_call(kernel_name, c, m)
         backend.codegen_comment(schedule, kernel_name)
-        dispatch.launch(kernel_name, kernels, meta)
+        dispatch.launch(kernel_name, [m.kernel for _, m in made], meta)
         for _, m in made:
             after_call(m)
     backend.free_buffers_in_scheduler()
 
 
-def _codegen_apart(backend: Any, group: ClassesGroup, apart: list[tuple[MemberTableGroup, Exception]]) -> None:
-    """Stock kernels for the members of the classes in ``apart``, ahead of the group's kernel: the buffers the group
-    is the last to read are freed after that kernel, not after theirs."""
+def _codegen_apart(
+    backend: Any, group: ClassesGroup, apart: list[tuple[MemberTableGroup, Exception]], alone: list[MemberTableGroup]
+) -> None:
+    """Stock kernels for the members of the classes in ``apart``, and a member-table kernel for each class ``alone``
+    of its kind, ahead of the group's kernels: the buffers the group is the last to read are freed after those, not
+    after these."""
     scheduler = group.scheduler
     held = scheduler.buffer_names_to_free & group.last_usage
     scheduler.buffer_names_to_free -= held
     for c, error in apart:
         codegen_one_by_one(backend, c.members, set(), error)
+    for c in alone:
+        codegen_member_table_group(backend, c)
     scheduler.buffer_names_to_free |= held

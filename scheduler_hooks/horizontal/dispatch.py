@@ -18,7 +18,8 @@ The code grows with the classes, not with their members. Every class starts its 
 alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
 reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in
 its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the row is the longest class's, so that
-the block of rows the heuristics pick suits every class.
+the block of rows the heuristics pick suits every class. Classes of looped row reductions loop over their rows with
+the launch's ``R0_BLOCK``, which the dispatch kernel (a ``reduction``) passes to each.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from torch._inductor.runtime.runtime_utils import next_power_of_2
 from torch._inductor.utils import Placeholder
 
 from optimus_ir.scheduler_hooks.horizontal.kernel import CLASS_PID, MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.structure import LOOPED, PERSISTENT, POINTWISE
 
 _JIT = "@triton.jit\ndef "
+#: Inductor's heuristics for a dispatch kernel of row reductions of each kind
+_HEURISTICS = {PERSISTENT: "persistent_reduction", LOOPED: "reduction"}
 
 
 def dispatch_source(
@@ -46,7 +50,7 @@ def dispatch_source(
     preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
     if len(preludes) != 1:
         raise NotImplementedError("classes with helper functions of their own")
-    reduction = _reduction(kernels)
+    kind = _kind(kernels)
     functions, calls, start = [], [], 0
     for k, (kernel, source) in enumerate(zip(kernels, sources)):
         definition = _class_function(source, f"class_{k}")
@@ -57,18 +61,7 @@ def dispatch_source(
         start += kernel.total
         calls.append(f"    {keyword} {CLASS_PID} < {start} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
     tables = [f"xtable{k}" for k in range(len(kernels))]
-    if reduction:
-        hints = {kernel.features.get_reduction_hint(kernel.tiling_scores) for kernel in kernels}
-        heuristics = (
-            "@triton_heuristics.persistent_reduction(\n"
-            f"    size_hints={{'x': {kernels[0].size_hint_x}, 'r0_': {_row_size_hint(kernels)}}},\n"
-            f"    reduction_hint={hints.pop() if len(hints) == 1 else ReductionHint.DEFAULT},\n"
-            "    filename=__file__,\n"
-            f"    triton_meta={meta[0]!r},\n"
-            f"    inductor_meta={meta[1]!r}\n"
-            ")\n"
-        )
-    else:
+    if kind == POINTWISE:
         heuristics = (
             "@triton_heuristics.pointwise(\n"
             f"    size_hints={{'x': {kernels[0].size_hint_x}}}, \n"
@@ -78,8 +71,20 @@ def dispatch_source(
             f"    min_elem_per_thread={max(kernel.min_elem_per_thread for kernel in kernels)}\n"
             ")\n"
         )
-    numels = "xnumel, r0_numel" if reduction else "xnumel"
-    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, {numels}, XBLOCK : tl.constexpr):\n"
+    else:
+        hints = {kernel.features.get_reduction_hint(kernel.tiling_scores) for kernel in kernels}
+        heuristics = (
+            f"@triton_heuristics.{_HEURISTICS[kind]}(\n"
+            f"    size_hints={{'x': {kernels[0].size_hint_x}, 'r0_': {_row_size_hint(kernels)}}},\n"
+            f"    reduction_hint={hints.pop() if len(hints) == 1 else ReductionHint.DEFAULT},\n"
+            "    filename=__file__,\n"
+            f"    triton_meta={meta[0]!r},\n"
+            f"    inductor_meta={meta[1]!r}\n"
+            ")\n"
+        )
+    numels = "xnumel" if kind == POINTWISE else "xnumel, r0_numel"
+    blocks = "XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr" if kind == LOOPED else "XBLOCK : tl.constexpr"
+    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, {numels}, {blocks}):\n"
     body = f"    {CLASS_PID} = tl.program_id(0)\n{''.join(calls)}"
     return preludes.pop() + "\n\n".join(functions) + "\n\n" + heuristics + header + body
 
@@ -89,11 +94,13 @@ def triton_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
     the blocks of all classes end to end."""
     meta = copy.deepcopy(kernels[0].triton_meta)
     total = sum(kernel.total for kernel in kernels)
+    kind = _kind(kernels)
     meta["signature"] = {
         **{f"xtable{k}": "*i64" for k in range(len(kernels))},
         "xnumel": "i32" if total < 2**31 else "i64",
-        **({"r0_numel": "i32"} if _reduction(kernels) else {}),
+        **({} if kind == POINTWISE else {"r0_numel": "i32"}),
         "XBLOCK": "constexpr",
+        **({"R0_BLOCK": "constexpr"} if kind == LOOPED else {}),
     }
     aligned = list(range(len(kernels))) + ([len(kernels)] if total % 16 == 0 else [])
     meta["configs"] = [{(i,): [["tt.divisibility", 16]] for i in aligned}]
@@ -122,7 +129,7 @@ def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, An
     wrapper.write_triton_header_once()
     tables, totals = zip(*(kernel.write_table(name) for kernel in kernels))
     numels = [" + ".join(str(t) for t in totals)]
-    if _reduction(kernels):  # (each class sets its own row length)
+    if _kind(kernels) != POINTWISE:  # (each class sets its own row length)
         numels.append(str(max(s.rnumel for kernel in kernels for s in kernel.structures)))
     wrapper.generate_kernel_call(
         name, [*tables, *numels], triton=True, arg_types=[torch.int64] * len(tables) + [int] * len(numels),
@@ -131,14 +138,23 @@ def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, An
     wrapper.writeline(f"del {', '.join(tables)}")
 
 
-def _reduction(kernels: list[MemberTableKernel]) -> bool:
-    """Whether the classes are row reductions; raises NotImplementedError unless all are persistent ones (a looped
-    reduction's block along the row is a parameter of its launch) or none reduces."""
-    if not any(kernel.inside_reduction for kernel in kernels):
-        return False
-    if not all(kernel.persistent_reduction and not kernel.no_x_dim for kernel in kernels):
-        raise NotImplementedError("classes of row reductions that are not all persistent, with rows of blocks")
-    return True
+def kind_of(kernel: MemberTableKernel) -> str:
+    """What a class's kernel is: ``POINTWISE``, or a row reduction that keeps each row in one block (``PERSISTENT``:
+    its block along the row a constant of its code) or loops over it (``LOOPED``: with the launch's block); raises
+    NotImplementedError for a reduction without blocks of rows."""
+    if not kernel.inside_reduction:
+        return POINTWISE
+    if kernel.no_x_dim:
+        raise NotImplementedError("a class of row reductions without blocks of rows")
+    return PERSISTENT if kernel.persistent_reduction else LOOPED
+
+
+def _kind(kernels: list[MemberTableKernel]) -> str:
+    """The kind of every class of one dispatch kernel (:func:`kind_of`)."""
+    kinds = {kind_of(kernel) for kernel in kernels}
+    if len(kinds) != 1:
+        raise NotImplementedError(f"classes of several kinds in one kernel: {sorted(kinds)}")
+    return kinds.pop()
 
 
 def _row_size_hint(kernels: list[MemberTableKernel]) -> int:
@@ -169,7 +185,7 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid:
     for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
         if name in tensors:
             arguments.append(table)
-        elif name in ("xnumel", "r0_numel", "XBLOCK"):
+        elif name in ("xnumel", "r0_numel", "XBLOCK", "R0_BLOCK"):
             arguments.append(name)
         elif name == CLASS_PID:
             arguments.append(pid)

@@ -18,7 +18,8 @@ from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
 from optimus_ir.scheduler_hooks.horizontal.classes import ClassesGroup
 from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 from optimus_ir.scheduler_hooks.horizontal.memory import MemoryEstimate, live_while_running, peak_memory
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit
+from optimus_ir.scheduler_hooks.horizontal.structure import POINTWISE, Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_ESTIMATED_NODES, RULE
 from optimus_ir.scheduler_hooks.node_graph import replace_with_group
 
@@ -152,25 +153,25 @@ def try_groups(
     return nodes
 
 
-def try_class_sets(nodes: list[Any], sets: list[list[tuple[Any, list[Structure]]]], check: MemoryCheck) -> list[Any]:
+def try_class_sets(nodes: list[Any], sets: list[list[ClassUnit]], check: MemoryCheck) -> list[Any]:
     """Merge each set of classes (a node: a merged group, or a kernel left alone; and its
     members' structures) into one kernel of several bodies (:class:`ClassesGroup`), whole, then halves, where the
     graph's estimated peak memory stays within the ceiling of ``check``."""
     queue = collections.deque(sets)
     while queue:
         units = queue.popleft()
-        replaced = [node for node, _ in units]
+        replaced = [node for node, _, _ in units]
         names = [member.get_name() for node in replaced for member in _members(node)]
         halves = [half for half in (units[: len(units) // 2], units[len(units) // 2 :]) if len(half) > 1]
         if frozenset(names) in check.rejected:
             queue.extend(halves)
             continue
         if not check.affordable(nodes):
-            left = [member.get_name() for units in [units, *queue] for node, _ in units for member in _members(node)]
+            left = [member.get_name() for units in [units, *queue] for node, _, _ in units for member in _members(node)]
             record(RULE, False, left, f"not tried as kernels of several bodies: the memory estimates' budget "
                    f"({MAX_ESTIMATED_NODES} nodes) is spent")
             break
-        reduction = units[0][1][0].reduction
+        reduction = units[0][2] != POINTWISE
         classes = [MemberTableGroup([m for m, _ in c], [s for _, s in c], reduction) for c in _classes(units)]
         # one body (the halves of a group the member-table merges split, put together another way): one class
         group = classes[0] if len(classes) == 1 else ClassesGroup(classes)
@@ -184,12 +185,12 @@ def try_class_sets(nodes: list[Any], sets: list[list[tuple[Any, list[Structure]]
     return nodes
 
 
-def _classes(units: list[tuple[Any, list[Structure]]]) -> list[list[tuple[Any, Structure]]]:
+def _classes(units: list[ClassUnit]) -> list[list[tuple[Any, Structure]]]:
     """The classes of a kernel of several bodies, one per body: the members of ``units`` (merged groups, or kernels
     of their own) with the same structure key are one class (a group split by the memory check, and its halves
     put together again here, are one body)."""
     by_body: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
-    for node, structures in units:
+    for node, structures, _ in units:
         for member, structure in zip(_members(node), structures, strict=True):
             by_body.setdefault(structure.key, []).append((member, structure))
     return list(by_body.values())

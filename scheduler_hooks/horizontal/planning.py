@@ -9,7 +9,13 @@ from typing import Any, TypeVar
 
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
-from optimus_ir.scheduler_hooks.horizontal.structure import Structure, tiles_key, tiling_prefixes, triton_backend
+from optimus_ir.scheduler_hooks.horizontal.structure import (
+    POINTWISE,
+    Structure,
+    tiles_key,
+    tiling_prefixes,
+    triton_backend,
+)
 from optimus_ir.scheduler_hooks.horizontal.tuning import (
     MAX_CLASSES,
     MAX_EMPTY_BLOCKS,
@@ -25,9 +31,9 @@ from optimus_ir.scheduler_hooks.node_graph import independent
 Candidate = tuple[Any, Structure]
 Group = tuple[list[Candidate], bool]
 GroupingPolicy = Callable[[list[list[Candidate]]], list[Group]]
-#: A class of a kernel of several bodies, or part of one: a node (a merged group, or a kernel left alone) and its
-#: members' structures.
-ClassUnit = tuple[Any, list[Structure]]
+#: A class of a kernel of several bodies, or part of one: a node (a merged group, or a kernel left alone), its
+#: members' structures, and its kind (``structure.POINTWISE``, ``PERSISTENT`` or ``LOOPED``).
+ClassUnit = tuple[Any, list[Structure], str]
 T = TypeVar("T")
 
 
@@ -101,32 +107,28 @@ def grouping_policy() -> GroupingPolicy:
 
 
 def class_sets(units: list[ClassUnit]) -> list[list[ClassUnit]]:
-    """Which classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of pointwise classes, or of
-    row-reduction ones, of at most ``MAX_CLASSES`` with no path between two of them and at most ``MAX_MEMBERS``
-    members of one body, each cut by size where padding every member to the blocks of the largest costs too much
-    (``MAX_PADDING``, as for one class)."""
+    """Which classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of classes of one kind
+    (pointwise, persistent or looped row reductions) of at most ``MAX_CLASSES`` with no path between two of them and
+    at most ``MAX_MEMBERS`` members of one body, each cut by size where padding every member to the blocks of the
+    largest costs too much (``MAX_PADDING``, as for one class)."""
     sets: list[list[ClassUnit]] = []
     for unit in units:
         for kept in sets:
             if (
-                len(kept) < MAX_CLASSES and _reduces(kept[0]) == _reduces(unit) and _fits(unit, kept)
-                and independent(unit[0], [node for node, _ in kept])
+                len(kept) < MAX_CLASSES and kept[0][2] == unit[2] and _fits(unit, kept)
+                and independent(unit[0], [node for node, _, _ in kept])
             ):
                 kept.append(unit)
                 break
         else:
             sets.append([unit])
-    parts = [part for kept in sets for part in _cut_by_padding(kept, _reduces(kept[0]), lambda unit: unit[1])]
+    parts = [part for kept in sets for part in _cut_by_padding(kept, kept[0][2] != POINTWISE, lambda unit: unit[1])]
     return [part for part in parts if len(part) > 1]
-
-
-def _reduces(unit: ClassUnit) -> bool:
-    return unit[1][0].reduction
 
 
 def _fits(unit: ClassUnit, kept: list[ClassUnit]) -> bool:
     """Whether ``unit`` joins ``kept`` with no class (the members of one body) above ``MAX_MEMBERS``."""
-    members = collections.Counter(s.key for _, structures in kept for s in structures)
+    members = collections.Counter(s.key for _, structures, _ in kept for s in structures)
     members.update(s.key for s in unit[1])
     return max(members.values()) <= MAX_MEMBERS
 

@@ -37,8 +37,9 @@ from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_onc
 from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class_sets, try_groups
 from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit, class_sets, grouping_policy
 from optimus_ir.scheduler_hooks.horizontal.structure import (
+    POINTWISE,
     Structure,
-    persistent_row_reduction,
+    row_reduction_kind,
     structure_of,
     tiling_prefixes,
     triton_backend,
@@ -46,7 +47,7 @@ from optimus_ir.scheduler_hooks.horizontal.structure import (
 from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
-_NOT_PERSISTENT = "a row reduction Inductor does not keep in one block per row (not persistent)"
+_NO_PLAIN_REDUCTION = "a row reduction Inductor may make cooperative or several kernels of"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -69,9 +70,9 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
     to whole blocks would more than double the work, or beyond ``MAX_MEMBERS``; they are tried whole first, then
     halved level by level, within ``MAX_ESTIMATED_NODES``. A group whose own inputs and outputs alone are above the
     ceiling of the peak is split without an estimate (``memory.live_while_running``). Then the kernels left,
-    merged groups and kernels of their own, pointwise ones and persistent row reductions apart, become one kernel of
-    several bodies where they are independent (:class:`~.classes.ClassesGroup`, one class per body), under the same
-    memory check. Each decision is in the dump.
+    merged groups and kernels of their own, pointwise ones, persistent and looped row reductions apart, become one
+    kernel of several bodies where they are independent (:class:`~.classes.ClassesGroup`, one class per body), under
+    the same memory check. Each decision is in the dump.
     """
 
     name = RULE
@@ -134,25 +135,27 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 
 
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
-    """In schedule order, the nodes that can be a class of a kernel of several bodies: merged groups, and candidates
-    left alone, that are pointwise and may run over their flat index (:func:`.cost.flat_run_refusal`), or persistent
-    row reductions (:func:`.structure.persistent_row_reduction`) of more than one row; of static sizes, that update
-    nothing in place, read no 0-d CPU tensor (passed by value, where a class takes only its table) and no buffer
-    their structure does not name (one read through another's mutation). Groups in 2-d tiles are not: a class runs
-    over its flat index."""
+    """In schedule order, the nodes that can be a class of a kernel of several bodies, with their kind: merged
+    groups, and candidates left alone, that are pointwise and may run over their flat index
+    (:func:`.cost.flat_run_refusal`), or row reductions of more than one row that Inductor makes one plain kernel of
+    (:func:`.structure.row_reduction_kind`); of static sizes, that update nothing in place, read no 0-d CPU tensor
+    (passed by value, where a class takes only its table) and no buffer their structure does not name (one read
+    through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
         if isinstance(node, MemberTableGroup) and node.tiles is None:
-            if node.reduction and not persistent_row_reduction(node.members[0]):
+            kind = row_reduction_kind(node.members[0]) if node.reduction else POINTWISE
+            if kind is None:
                 continue
             structures = node.structures
         elif id(node) in candidates and node.used_buffer_names() <= set(candidates[id(node)].slots):
             prefixes = tiling_prefixes(triton_backend(node), node)
             if prefixes == ("x", "r0_"):
-                why = None if persistent_row_reduction(node) else _NOT_PERSISTENT
+                kind = row_reduction_kind(node)
+                why = None if kind is not None else _NO_PLAIN_REDUCTION
             else:
-                why = flat_run_refusal(prefixes, node, candidates[id(node)])
+                kind, why = POINTWISE, flat_run_refusal(prefixes, node, candidates[id(node)])
             if why is not None:
                 if planned[candidates[id(node)].key] == 1:
                     refused.setdefault(why, []).append(node.get_name())
@@ -169,7 +172,7 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
                 )
             continue
         if all(s.numel_expr is None and not s.updates_in_place and not s.key[-1] for s in structures):
-            units.append((node, structures))
+            units.append((node, structures, kind))
     for why, names in refused.items():
         record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
     return units

@@ -341,19 +341,25 @@ def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
     return tuple(_tiling(backend, node))
 
 
-def persistent_row_reduction(node: Any) -> bool:
-    """Whether Inductor's kernel for the node is a persistent row reduction (tiling ``(x, r0_)``, each block holding
-    whole rows), asked as Inductor's kernel asks it: the only reductions a class of a kernel of several bodies can
-    be, since their block along the row is fixed in their own code, not a parameter of the launch."""
+#: What kind of kernel a class of a kernel of several bodies is (:func:`row_reduction_kind` for reductions): classes
+#: of one kernel are all of one kind.
+POINTWISE, PERSISTENT, LOOPED = "pointwise", "persistent row reduction", "looped row reduction"
+
+
+def row_reduction_kind(node: Any) -> str | None:
+    """Whether Inductor's kernel for the node is a row reduction (tiling ``(x, r0_)``) that keeps each row in one
+    block (``PERSISTENT``: its block along the row a constant of its code) or loops over the row (``LOOPED``: its
+    block along the row a parameter of the launch), asked as Inductor's kernel asks it; None for any other kernel,
+    and for reductions Inductor may make cooperative or several kernels of (a class is one plain kernel)."""
     backend = triton_backend(node)
     if backend is None or tiling_prefixes(backend, node) != ("x", "r0_"):
-        return False
+        return None
     triton = config.triton
     if triton.cooperative_reductions or triton.force_cooperative_reductions or triton.multi_kernel:
-        return False
+        return None
     _, (numel, rnumel) = node.group
     features = SIMDKernelFeatures(backend.generate_node_schedule(list(node.get_nodes()), numel, rnumel), numel, rnumel)
-    return V.choices.should_use_persistent_reduction(features, cooperative_reduction=False)
+    return PERSISTENT if V.choices.should_use_persistent_reduction(features, cooperative_reduction=False) else LOOPED
 
 
 def _two_d_tiles(node: Any) -> dict[str, int] | None:
