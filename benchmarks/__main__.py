@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "order-drift": ("benchmarks.probes.order_drift", "a real model's ms per call by the variants' order in the run"),
     "compile-profile": ("benchmarks.probes.compile_profile", "a real model's compile under cProfile, stock or "
                         "optimus_ir (no GPU needed)"),
+    "compile-times": ("benchmarks.probes.compile_times", "a real model's first compile seconds, stock / optimus_ir, "
+                      "and Dynamo + AOTAutograd alone (no GPU needed)"),
     "merge-cost": ("benchmarks.probes.merge_cost", "a real model's device time, stock against optimus_ir, by the "
                    "launches that changed"),
 }
