@@ -62,8 +62,8 @@ class ClassesGroup(TableGroup):
 
 def codegen_classes(backend: Any, group: ClassesGroup) -> None:
     """Emit one kernel for the classes of ``group``: one per kind of kernel Inductor made of them
-    (:func:`.dispatch.kind_of`: planning asked each node, and a class's kernel, made with the member table, may
-    still be of another kind; a kind of one class is that class's member-table kernel). A class whose kernel cannot
+    (:func:`.dispatch.kind_of`: planning asked each node, and a class's kernel may still be of another kind; a kind
+    of one class is that class's member-table kernel). A class whose kernel cannot
     be made gets its members' stock kernels (each error goes to the dump), and so does every class of a dispatch
     kernel that cannot be made."""
     placement = ClassPlacement.of(

@@ -357,6 +357,12 @@ def row_reduction_kind(node: Any) -> str | None:
     triton = config.triton
     if triton.cooperative_reductions or triton.force_cooperative_reductions or triton.multi_kernel:
         return None
+    # Inductor merges the nodes' loops right after the pass, before their kernels are made, and the kernel's
+    # reduction hint reads the merged loops' dependencies (a [4, 128] read of one buffer is contiguous only merged)
+    if config.loop_ordering_after_fusion:
+        for snode in node.get_nodes():
+            if isinstance(snode, SchedulerNode) and not snode.is_template():
+                snode.merge_loops()
     _, (numel, rnumel) = node.group
     features = SIMDKernelFeatures(backend.generate_node_schedule(list(node.get_nodes()), numel, rnumel), numel, rnumel)
     return PERSISTENT if V.choices.should_use_persistent_reduction(features, cooperative_reduction=False) else LOOPED
