@@ -84,22 +84,23 @@ def codegen_classes(backend: Any, group: ClassesGroup) -> None:
             f"made as {len(by_kind)} kernels, one per kind of Inductor's kernels of its classes ({', '.join(by_kind)})",
         )
     kernels, alone = [], [made[0][0] for made in by_kind.values() if len(made) == 1]
-    for made in [made for made in by_kind.values() if len(made) > 1]:
+    for kind, made in [(kind, made) for kind, made in by_kind.items() if len(made) > 1]:
         of_kind = [m.kernel for _, m in made]
         try:
-            meta = dispatch.triton_meta(of_kind), dispatch.inductor_meta(of_kind)
-            kernels.append((made, meta, dispatch.dispatch_source(of_kind, [m.source for _, m in made], meta)))
+            meta = dispatch.triton_meta(of_kind, kind), dispatch.inductor_meta(of_kind)
+            source = dispatch.dispatch_source(of_kind, kind, [m.source for _, m in made], meta)
+            kernels.append((made, kind, meta, source))
         except Exception as error:
             apart += [(c, error) for c, _ in made]
     _codegen_apart(backend, group, apart, alone)
-    for made, meta, source in kernels:
+    for made, kind, meta, source in kernels:
         schedule = [node for _, m in made for node in m.schedule]
         kernel_name = backend.define_kernel(source, schedule, made[0][1].kernel)
         for c, m in made:
             m.kernel.kernel_name = kernel_name
             before_call(kernel_name, c, m)
         backend.codegen_comment(schedule, kernel_name)
-        dispatch.launch(kernel_name, [m.kernel for _, m in made], meta)
+        dispatch.launch(kernel_name, [m.kernel for _, m in made], kind, meta)
         for _, m in made:
             after_call(m)
     backend.free_buffers_in_scheduler()

@@ -41,16 +41,15 @@ _HEURISTICS = {PERSISTENT: "persistent_reduction", LOOPED: "reduction"}
 
 
 def dispatch_source(
-    kernels: list[MemberTableKernel], sources: list[str], meta: tuple[dict[str, Any], dict[str, Any]]
+    kernels: list[MemberTableKernel], kind: str, sources: list[str], meta: tuple[dict[str, Any], dict[str, Any]]
 ) -> str:
-    """The source of one kernel over the classes whose member-table kernels are ``kernels``, of sources
-    ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`); ``meta``: its
-    :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel takes an
+    """The source of one kernel over the classes whose member-table kernels are ``kernels``, all of ``kind``
+    (:func:`kind_of`), of sources ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`);
+    ``meta``: its :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel takes an
     argument other than its tensors, its numel and its block size."""
     preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
     if len(preludes) != 1:
         raise NotImplementedError("classes with helper functions of their own")
-    kind = _kind(kernels)
     functions, calls, start = [], [], 0
     for k, (kernel, source) in enumerate(zip(kernels, sources)):
         definition = _class_function(source, f"class_{k}")
@@ -89,12 +88,11 @@ def dispatch_source(
     return preludes.pop() + "\n\n".join(functions) + "\n\n" + heuristics + header + body
 
 
-def triton_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
+def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
     """Class 0's, for the dispatch kernel's arguments: a table (16-byte aligned, as torch allocates) per class and
     the blocks of all classes end to end."""
     meta = copy.deepcopy(kernels[0].triton_meta)
     total = sum(kernel.total for kernel in kernels)
-    kind = _kind(kernels)
     meta["signature"] = {
         **{f"xtable{k}": "*i64" for k in range(len(kernels))},
         "xnumel": "i32" if total < 2**31 else "i64",
@@ -120,7 +118,9 @@ def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
     return meta
 
 
-def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, Any], dict[str, Any]]) -> None:
+def launch(
+    name: str, kernels: list[MemberTableKernel], kind: str, meta: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
     """The wrapper's lines for one call of dispatch kernel ``name``: each class's table, the launch over all
     classes' blocks, and the tables' release. ``meta``: the dispatch kernel's triton and inductor meta."""
     from torch._inductor.virtualized import V
@@ -129,7 +129,7 @@ def launch(name: str, kernels: list[MemberTableKernel], meta: tuple[dict[str, An
     wrapper.write_triton_header_once()
     tables, totals = zip(*(kernel.write_table(name) for kernel in kernels))
     numels = [" + ".join(str(t) for t in totals)]
-    if _kind(kernels) != POINTWISE:  # (each class sets its own row length)
+    if kind != POINTWISE:  # (each class sets its own row length)
         numels.append(str(max(s.rnumel for kernel in kernels for s in kernel.structures)))
     wrapper.generate_kernel_call(
         name, [*tables, *numels], triton=True, arg_types=[torch.int64] * len(tables) + [int] * len(numels),
@@ -147,14 +147,6 @@ def kind_of(kernel: MemberTableKernel) -> str:
     if kernel.no_x_dim:
         raise NotImplementedError("a class of row reductions without blocks of rows")
     return PERSISTENT if kernel.persistent_reduction else LOOPED
-
-
-def _kind(kernels: list[MemberTableKernel]) -> str:
-    """The kind of every class of one dispatch kernel (:func:`kind_of`)."""
-    kinds = {kind_of(kernel) for kernel in kernels}
-    if len(kinds) != 1:
-        raise NotImplementedError(f"classes of several kinds in one kernel: {sorted(kinds)}")
-    return kinds.pop()
 
 
 def _row_size_hint(kernels: list[MemberTableKernel]) -> int:
