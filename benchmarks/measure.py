@@ -125,6 +125,24 @@ def own_copy(fn: Callable, tag: str) -> Callable:
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
+class OwnInductor(torch._TorchCompileInductorWrapper):
+    """Inductor as ``torch.compile``'s default backend, in an object equal to no other backend.
+
+    Dynamo runs a cached frame only under a backend equal to the one that compiled it (its BACKEND_MATCH check), and
+    every default ``torch.compile`` backend equals every other. Variants compiled one after another through
+    functions of their own (:func:`own_copy`) still share the frames Dynamo enters on its own: a module's forward
+    after a graph break inside it. Under equal backends the later variants ran the first variant's compiled code
+    for those frames (Mixtral's training step: stock's 362 kernels and errors for all three variants)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, None, None)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+
 def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:
     """Median milliseconds of one ``fn()`` call, timed with CUDA events around each call (launch overhead in)."""
     for _ in range(warmup):

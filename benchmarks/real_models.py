@@ -46,6 +46,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from benchmarks.measure import (
+    OwnInductor,
     VARIANTS,
     Variant,
     cold_compile,
@@ -135,9 +136,9 @@ def drop_grads(params: list[nn.Parameter]) -> None:
 
 def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, Any]]:
     """The rows of one model in one mode: eager's result first (the reference), then each variant, compiled cold
-    on the same module, each through a function of its own (:func:`own_copy`), so that all stay compiled; then the
-    variants' ms per call, timed in turns (:func:`time_in_turns`). A failure goes in its row (eager's: the case's
-    only row)."""
+    on the same module, each through a function and a backend of its own (:func:`own_copy`, :class:`OwnInductor`),
+    so that all stay compiled and none runs another's code; then the variants' ms per call, timed in turns
+    (:func:`time_in_turns`). A failure goes in its row (eager's: the case's only row)."""
     case = {"model": model.name, "mode": mode}
     try:
         module, inputs = prepared(model, mode, "cuda")
@@ -156,7 +157,8 @@ def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, An
             row = rows[variant.name] = case | {"variant": variant.name}
             try:
                 caches.enter_context(cold_compile(reset=False))
-                call = make_call(torch.compile(own_copy(_forward(module), variant.name)), inputs, mode, params)
+                compiled = torch.compile(own_copy(_forward(module), variant.name), backend=OwnInductor())
+                call = make_call(compiled, inputs, mode, params)
                 row |= measure_variant(variant, call, params, expected, results)
                 calls[variant.name] = (variant, call)
             except Exception as error:  # the row says why; the other variants go on

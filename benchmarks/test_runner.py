@@ -5,6 +5,7 @@ tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``.""
 
 import argparse
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -155,6 +156,38 @@ def test_real_training_step_gives_the_outputs_and_the_gradients_of_one_step():
     assert all(torch.allclose(g, e) for g, e in zip(first[2:6], expected)) and not first[-1].any()
     outputs = real_models.make_call(model, (x,), "inference", params)()
     assert len(outputs) == 2 and not outputs[0].requires_grad
+
+
+class _BreaksInside(torch.nn.Module):
+    def forward(self, x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+
+def test_real_variants_each_compile_the_frames_after_a_graph_break():
+    """Each variant's own function compiles the module's frames after a graph break again: under default backends
+    (equal to each other) the second reuses the first's compiled frames; under :class:`measure.OwnInductor` it
+    compiles its own."""
+    module, x = _BreaksInside(), torch.randn(8)
+
+    def graphs_compiled(backends) -> list[int]:
+        torch._dynamo.reset()
+        graphs = []
+        compile_fx = lambda gm, inputs, **kwargs: (graphs.append(gm), gm.forward)[1]  # noqa: E731
+        with mock.patch("torch._inductor.compile_fx.compile_fx", compile_fx):
+            counts = []
+            for tag, backend in zip("ab", backends):
+                compiled = torch.compile(measure.own_copy(real_models._forward(module), tag), backend=backend)
+                assert torch.equal(compiled(x), (x + 1) * 2)
+                counts.append(len(graphs))
+        torch._dynamo.reset()
+        return counts
+
+    first, second = graphs_compiled(["inductor", "inductor"])
+    assert first > 0 and second == first
+    first, second = graphs_compiled([measure.OwnInductor(), measure.OwnInductor()])
+    assert first > 0 and second == 2 * first
 
 
 def test_real_summary_has_the_three_variants_in_one_cell():
