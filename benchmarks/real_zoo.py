@@ -185,17 +185,19 @@ class _LastHidden(nn.Module):
 
 class SplitLayerNormTanhCat(nn.Module):
     """The scale case of issue 33 (the Optimus write-up's pattern): per layer, split the features into pieces of
-    ``width``, layer-norm each piece with its own weight and bias, tanh, cat back; ``layers`` layers."""
+    ``width`` (or of the ``widths`` given, ``split_with_sizes``), layer-norm each piece with its own weight and bias,
+    tanh, cat back; ``layers`` layers."""
 
-    def __init__(self, pieces: int, layers: int, width: int = 32) -> None:
+    def __init__(self, pieces: int, layers: int, width: int = 32, widths: list[int] | None = None) -> None:
         super().__init__()
-        self.width, self.layers = width, layers
-        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(pieces * layers))
+        self.widths = widths or [width] * pieces
+        self.layers = layers
+        self.norms = nn.ModuleList(nn.LayerNorm(w) for _ in range(layers) for w in self.widths)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         norms = iter(self.norms)
         for _ in range(self.layers):
-            x = torch.cat([torch.tanh(next(norms)(piece)) for piece in x.split(self.width, dim=1)], dim=1)
+            x = torch.cat([torch.tanh(next(norms)(piece)) for piece in x.split(self.widths, dim=1)], dim=1)
         return x
 
 
@@ -237,9 +239,13 @@ def _sparse_arch(tables: int) -> Callable[[], Built]:
     return make
 
 
-def _seed(pieces: int, layers: int) -> Callable[[], Built]:
+def _seed(pieces: int, layers: int, dtype: torch.dtype = torch.float32, unequal: bool = False) -> Callable[[], Built]:
+    """Pieces of width 32, or (``unequal``) of widths 16, 32, 48 and 64 in turn."""
+
     def make() -> Built:
-        return SplitLayerNormTanhCat(pieces, layers), (torch.randn(256, pieces * 32),)
+        widths = [(16, 32, 48, 64)[i % 4] for i in range(pieces)] if unequal else [32] * pieces
+        model = SplitLayerNormTanhCat(pieces, layers, widths=widths).to(dtype)
+        return model, (torch.randn(256, sum(widths), dtype=dtype),)
 
     return make
 
@@ -254,7 +260,11 @@ SETS: dict[str, list[RealModel]] = {
         RealModel("dlrm-26", _dlrm),
     ],
     "issue31": [RealModel(f"sparse-arch-{n}", _sparse_arch(n)) for n in (8, 26, 100)],
-    "issue33": [RealModel(f"seed-{p}x{n}", _seed(p, n)) for p, n in ((48, 4), (96, 8), (192, 16))],
+    "issue33": [
+        *(RealModel(f"seed-{p}x{n}", _seed(p, n)) for p, n in ((48, 4), (96, 8), (192, 16))),
+        RealModel("seed-48x4-bf16", _seed(48, 4, torch.bfloat16)),
+        RealModel("seed-48x4-unequal", _seed(48, 4, unequal=True)),
+    ],
     "more": [
         RealModel("bert", _bert),
         RealModel("gpt2", _gpt2),
