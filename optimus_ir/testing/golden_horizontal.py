@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from optimus_ir.testing.case import Case
-from optimus_ir.testing.models import SplitLayerNormTanhCat
 
 
 def _tensors(*shapes: tuple[int, ...], grad: bool = False) -> Callable[[], tuple[torch.Tensor, ...]]:
@@ -169,33 +168,6 @@ HORIZONTAL_CASES = [
         # writes its gradient over it where the call alone holds it (here the caller holds them: allocated)
         "horizontal_tanh_training_saved_outputs", tanh_each, _tensors(*[(32, 64)] * 6, grad=True), 12, 2,
         ("IdenticalKernelsToMemberTableKernel",),
-    ),
-]
-
-
-def _seed_model(widths: list[int], dtype: torch.dtype) -> SplitLayerNormTanhCat:
-    """Issue 33's pattern, 4 layers of pieces of ``widths``, each piece's weight and bias drawn at random."""
-    model = SplitLayerNormTanhCat(len(widths), 4, widths=widths)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.copy_(torch.randn(param.shape, generator=generator))
-    return model.to(dtype)
-
-
-HORIZONTAL_CASES += [
-    Case(
-        # a training step of 16 pieces x 4 layers: the forward is one kernel; the backward's chains, row statistics
-        # and weight and bias gradients of all pieces merge as the estimated peak allows
-        "seed_split_layer_norm_tanh_cat_training", _seed_model([32] * 16, torch.float32),
-        lambda: (torch.randn(256, 512, requires_grad=True),), 320, 67,
-        ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
-    ),
-    Case(
-        # the same in bf16 with pieces of unequal widths (split_with_sizes)
-        "seed_split_with_sizes_layer_norm_tanh_cat_training_bf16", _seed_model([16, 32, 48, 64] * 4, torch.bfloat16),
-        lambda: (torch.randn(256, 640, dtype=torch.bfloat16, requires_grad=True),), 272, 11,
-        ("IdenticalKernelsToMemberTableKernel",), atol=2e-2, rtol=2e-2,
     ),
 ]
 
