@@ -130,9 +130,9 @@ class OwnInductor(torch._TorchCompileInductorWrapper):
 
     Dynamo runs a cached frame only under a backend equal to the one that compiled it (its BACKEND_MATCH check), and
     every default ``torch.compile`` backend equals every other. Variants compiled one after another through
-    functions of their own (:func:`own_copy`) still share the frames Dynamo enters on its own: a module's forward
-    after a graph break inside it. Under equal backends the later variants ran the first variant's compiled code
-    for those frames (Mixtral's training step: stock's 362 kernels and errors for all three variants)."""
+    functions of their own (:func:`own_copy`) still share the frames Dynamo enters on its own (a module's forward
+    after a graph break inside it, say): under equal backends the later variants run the first variant's compiled
+    code for those. Mixtral's training step measured stock's 362 kernels and errors for all three variants so."""
 
     def __init__(self) -> None:
         super().__init__(None, None, None)
