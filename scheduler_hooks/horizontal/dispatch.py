@@ -45,8 +45,8 @@ def dispatch_source(
 ) -> str:
     """The source of one kernel over the classes whose member-table kernels are ``kernels``, all of ``kind``
     (:func:`kind_of`), of sources ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`);
-    ``meta``: its :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel takes an
-    argument other than its tensors, its numel and its block size."""
+    ``meta``: its :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel
+    takes an argument other than its tensors, its numel and its block size."""
     preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
     if len(preludes) != 1:
         raise NotImplementedError("classes with helper functions of their own")
