@@ -123,7 +123,7 @@ def _stock_wrapper() -> str:
     state = graph_state.existing()
     if state is not None and state.stock_wrapper is not None:
         return state.stock_wrapper
-    return stock_guard.lower_stock(V.graph)[1][0].value
+    return stock_guard.lower_again(V.graph)[1][0].value
 
 
 def _fx_nodes(names: Iterable[str]) -> list[str]:

@@ -41,6 +41,14 @@ class GraphState:
     #: the lowering driver → the stock guard: the rules fired that can make the graph launch more than stock
     #: (``LoweringRule.may_add_launches``)
     may_add_launches: set[str] = dataclasses.field(default_factory=set)
+    #: ``UnreadConcatElimination`` → the stock guard: cats kept allocated whose slices read their inputs (buffer
+    #: names); the readers of their pieces may then run before the whole cat is written, raising the peak
+    may_raise_peak: set[str] = dataclasses.field(default_factory=set)
+    #: the stock guard → the post-fusion stage: the guard compares this graph's peak (one it lowered again)
+    peak_wanted: bool = False
+    #: the post-fusion stage → the stock guard: the finished schedule's estimated peak memory
+    #: (``scheduler_hooks.horizontal.memory.MemoryEstimate``), where the guard compares it
+    estimated_peak: Any = None
     #: the stock guard → the dump: the graph's wrapper code lowered with every rule suspended
     stock_wrapper: str | None = None
 

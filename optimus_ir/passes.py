@@ -18,7 +18,7 @@ ON_WORDS = frozenset({"1", "all", "on", "true", "yes"})
 OFF_WORDS = frozenset({"", "0", "none", "off", "false", "no"})
 
 _enabled: frozenset[str] = frozenset()
-_suspended = contextvars.ContextVar("optimus_ir_suspended", default=False)
+_suspended: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("optimus_ir_suspended", default=frozenset())
 
 
 def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str]:
@@ -53,17 +53,19 @@ def configured_passes() -> frozenset[str]:
 
 
 def enabled_passes() -> frozenset[str]:
-    """The passes the rules must apply right now (none inside :func:`suspended`)."""
-    return frozenset() if _suspended.get() else _enabled
+    """The passes the rules must apply right now (those enabled, less those :func:`suspended`)."""
+    return _enabled - _suspended.get()
 
 
 @contextlib.contextmanager
-def suspended() -> Iterator[None]:
-    """Within the block every rule falls back to stock Inductor; hooks stay installed, nothing is reconfigured.
+def suspended(names: Iterable[str] = PASSES) -> Iterator[None]:
+    """Within the block the rules of the passes ``names`` (default: every pass) fall back to stock Inductor; hooks
+    stay installed, nothing is reconfigured.
 
-    Used to lower a graph a second time, stock, in the middle of a compile (the dump's "without" side).
+    Used to lower a graph once more in the middle of a compile: stock (the dump's "without" side, the guard's
+    comparison), or without the split/cat pass (the guard's way back under stock's peak).
     """
-    token = _suspended.set(True)
+    token = _suspended.set(_suspended.get() | frozenset(names))
     try:
         yield
     finally:

@@ -8,7 +8,8 @@ While a pass is enabled, once ``torch._inductor.config`` is imported (:func:`ins
   first call (a cache miss, just before lowering) installs the compile hooks below;
 - ``config.joint_custom_post_pass`` (keyed the same way): the lowering rules' preparation of the joint graph;
 - ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
-  scheduler rules before and after Inductor's fusion.
+  scheduler rules before and after Inductor's fusion (after them, the schedule's estimated peak, where the guard
+  compares it).
 
 Each chains whatever the user had installed there. Then (:func:`install_compile_hooks`), where Inductor has no
 hook: the lowering of each op that has rules (``torch._inductor.lowering.lowerings[op]``), the rules that edit the
@@ -17,7 +18,7 @@ lowered operations before the scheduler is built (``GraphLowering._update_schedu
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
 (``PythonWrapperCodegen.codegen_free``), the op ``segment_sum`` (its dtype, shape, reads and Triton code, on the
 handlers that need them; ``Scheduler.score_fusion_memory``: no fusion for the runs of one ids tensor its tables
-read), the guard that keeps stock's code where ours would launch more kernels (``GraphLowering.codegen``,
+read), the guard that keeps stock's code where ours would launch more kernels or peak higher (``GraphLowering.codegen``,
 :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
@@ -113,11 +114,14 @@ def post_fusion_pass(nodes: list[Any]) -> list[Any]:
     import torch._inductor.config as config
 
     from optimus_ir import registry
+    from optimus_ir.scheduler_hooks.horizontal import memory
 
     chained = PATCHES.original(config, "_post_fusion_custom_pass")
     if chained is not None:
         nodes = chained(nodes)
-    return drivers.run_scheduler_rules(registry.rules_of(Stage.POST_FUSION), nodes)
+    nodes = drivers.run_scheduler_rules(registry.rules_of(Stage.POST_FUSION), nodes)
+    memory.estimate_for_the_guard(nodes)
+    return nodes
 
 
 def install_config_hooks() -> None:

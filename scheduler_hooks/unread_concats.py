@@ -23,7 +23,9 @@ class UnreadConcatElimination(SchedulerRule):
         NopKernelSchedulerNode(buf3 = ConcatKernel([buf0, buf1, buf2]))     # no reader of buf3 left
 
     After: the four nodes are gone (their buffers added to ``V.graph.removed_buffers``). A cat that is returned,
-    still read, or whose inputs are read by something else (an input computed straight into the cat) is kept.
+    still read, or whose inputs are read by something else (an input computed straight into the cat) is kept, and
+    noted for the stock guard (``GraphState.may_raise_peak``): the readers of its pieces no longer wait for the
+    whole cat, and a schedule that runs them early can hold several such cats at once.
     """
 
     name = "UnreadConcatElimination"
@@ -31,7 +33,6 @@ class UnreadConcatElimination(SchedulerRule):
     stage = Stage.PRE_FUSION
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
-        from torch._inductor.scheduler import ForeachKernelSchedulerNode
         from torch._inductor.virtualized import V
 
         state = graph_state()
@@ -46,36 +47,45 @@ class UnreadConcatElimination(SchedulerRule):
             concat = scheduler.name_to_buf.get(name)
             if concat is None or name in V.graph.removed_buffers:
                 continue
-            concat_op = concat.defining_op.get_name()
-            if name in outputs:
-                record(self.name, False, [name], "returned from the graph")
+            removable = self._removable(scheduler, concat, outputs, present)
+            if isinstance(removable, str):
+                record(self.name, False, [name], removable)
+                state.may_raise_peak.add(name)
                 continue
-            readers = sorted({u.get_name() for u in concat.users if not u.is_weak} - {concat_op})
-            if readers:
-                record(self.name, False, [name], f"still read by {readers}")
-                continue
-            members = [scheduler.name_to_buf[dep.name] for dep in concat.defining_op.read_writes.reads
-                       if dep.name in scheduler.name_to_buf]
-            busy = [m.get_name() for m in members
-                    if m.get_name() in outputs or any(not u.is_weak and u.get_name() != concat_op for u in m.users)]
-            if busy:
-                record(self.name, False, [name], f"inputs {busy} are read by other nodes (computed into the cat)")
-                continue
-            removed_ops = {concat_op} | {m.defining_op.get_name() for m in members}
-            holders = {scheduler.name_to_fused_node.get(op, scheduler.name_to_node.get(op)) for op in removed_ops}
-            if any(h is None or h.get_name() not in present for h in holders):
-                record(self.name, False, [name], "a writer of the cat is not among the scheduler's nodes")
-                continue
-            partial = [h.get_name() for h in holders if isinstance(h, ForeachKernelSchedulerNode)
-                       and not set(h.get_operation_names()) <= removed_ops]
-            if partial:
-                record(self.name, False, [name], f"its copies are grouped with other work in {partial}")
-                continue
-            if any(h.has_side_effects() for h in holders):
-                record(self.name, False, [name], "a writer of the cat has side effects")
-                continue
-            dead.update(h.get_name() for h in holders)
-            V.graph.removed_buffers.update([name] + [m.get_name() for m in members])
+            holders, removed_ops, members = removable
+            dead.update(holders)
+            V.graph.removed_buffers.update([name, *members])
             V.graph.removed_operations.update(removed_ops)
             record(self.name, True, [name], f"unread after its slices read its inputs; removed {sorted(removed_ops)}")
         return drop_nodes(nodes, dead)
+
+    @staticmethod
+    def _removable(
+        scheduler: Any, concat: Any, outputs: set[str], present: set[str]
+    ) -> tuple[set[str], set[str], list[str]] | str:
+        """The scheduler nodes, operations and member buffers that go with ``concat``, or why it stays."""
+        from torch._inductor.scheduler import ForeachKernelSchedulerNode
+
+        concat_op = concat.defining_op.get_name()
+        if concat.get_name() in outputs:
+            return "returned from the graph"
+        readers = sorted({u.get_name() for u in concat.users if not u.is_weak} - {concat_op})
+        if readers:
+            return f"still read by {readers}"
+        members = [scheduler.name_to_buf[dep.name] for dep in concat.defining_op.read_writes.reads
+                   if dep.name in scheduler.name_to_buf]
+        busy = [m.get_name() for m in members
+                if m.get_name() in outputs or any(not u.is_weak and u.get_name() != concat_op for u in m.users)]
+        if busy:
+            return f"inputs {busy} are read by other nodes (computed into the cat)"
+        removed_ops = {concat_op} | {m.defining_op.get_name() for m in members}
+        holders = {scheduler.name_to_fused_node.get(op, scheduler.name_to_node.get(op)) for op in removed_ops}
+        if any(h is None or h.get_name() not in present for h in holders):
+            return "a writer of the cat is not among the scheduler's nodes"
+        partial = [h.get_name() for h in holders if isinstance(h, ForeachKernelSchedulerNode)
+                   and not set(h.get_operation_names()) <= removed_ops]
+        if partial:
+            return f"its copies are grouped with other work in {partial}"
+        if any(h.has_side_effects() for h in holders):
+            return "a writer of the cat has side effects"
+        return {h.get_name() for h in holders}, removed_ops, [m.get_name() for m in members]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import operator
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from torch._inductor.scheduler import SchedulerNode
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
+from optimus_ir import graph_state
 from optimus_ir.patching import PATCHES
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation
@@ -26,6 +28,8 @@ from optimus_ir.scheduler_hooks.horizontal.buffers import (
     kernel_local,
 )
 from optimus_ir.scheduler_hooks.horizontal.group import TableGroup
+
+log = logging.getLogger("optimus_ir")
 
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
@@ -116,6 +120,19 @@ def peak_memory(nodes: list[Any], bytes_of: BufferBytes) -> MemoryEstimate:
         live -= frees.get(step, 0)
         tangents_live -= tangent_frees.get(step, 0)
     return MemoryEstimate(peak, peak_tangents_freed)
+
+
+def estimate_for_the_guard(nodes: list[Any]) -> None:
+    """The finished schedule's estimate (``GraphState.estimated_peak``), for a graph the stock guard will compare
+    with another lowering of it: one a rule that may raise the peak or add launches changed, or one the guard
+    lowered again. An estimate that fails leaves None (the guard then keeps the code as it is)."""
+    state = graph_state.existing()
+    if state is None or not nodes or not (state.peak_wanted or state.may_add_launches or state.may_raise_peak):
+        return
+    try:
+        state.estimated_peak = peak_memory(nodes, BufferBytes())
+    except Exception:  # the estimate must never fail a compile
+        log.warning("optimus_ir: estimating the peak memory of the schedule failed", exc_info=True)
 
 
 def _storages(
