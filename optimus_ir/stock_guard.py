@@ -174,13 +174,24 @@ def _unguarded(graph: Any) -> str | None:
     return None
 
 
-def _disagreement(graph: Any, stock: Any) -> str | None:
-    """What the compile took from ``graph`` that stock's lowering has otherwise (None: nothing)."""
-    if set(graph.constants) != set(stock.constants):
+def _disagreement(graph: Any, other: Any) -> str | None:
+    """What the compile took from ``graph`` that ``other``, a lowering of the same graph, has otherwise (None:
+    nothing)."""
+    if set(graph.constants) != set(other.constants):
         return "other constants"
     try:
-        ours = [(tuple(o.get_size()), tuple(o.get_stride())) for o in graph.graph_outputs]
-        theirs = [(tuple(o.get_size()), tuple(o.get_stride())) for o in stock.graph_outputs]
+        ours, theirs = _output_layouts(graph), _output_layouts(other)
     except (AttributeError, NotImplementedError):
         return "output layouts not comparable"
     return None if ours == theirs else "other output layouts"
+
+
+def _output_layouts(graph: Any) -> list[tuple[Any, ...]]:
+    """Each output's size and stride; an output that has none (a backward's None gradient) by its kind."""
+    from torch._inductor import ir
+
+    return [
+        (type(o).__name__,) if isinstance(o, (ir.NoneAsConstantBuffer, ir.ShapeAsConstantBuffer))
+        else (tuple(o.get_size()), tuple(o.get_stride()))
+        for o in graph.graph_outputs
+    ]

@@ -106,9 +106,11 @@ def test_only_a_graph_a_cat_rule_changed_into_several_launches_is_lowered_twice(
 WIDTHS = [16, 32, 48, 64] * 3
 
 
-def _split_norm_tanh_cat(x, *params):
-    """Two layers of split → layer norm of each piece with its own weight and bias → tanh → cat (issue 33's seed)."""
+def _split_norm_tanh_cat(x, shift, *params):
+    """Two layers of split → layer norm of each piece with its own weight and bias → tanh → cat (issue 33's seed),
+    after a shift that needs no gradient (a None among the backward's outputs)."""
     params = iter(params)
+    x = x + shift
     for _ in range(2):
         x = torch.cat([torch.tanh(torch.nn.functional.layer_norm(piece, piece.shape[1:], next(params), next(params)))
                        for piece in x.split(WIDTHS, dim=1)], dim=1)
@@ -125,7 +127,8 @@ def test_a_backward_whose_views_raise_the_peak_gets_the_code_lowered_without_the
     g = torch.Generator().manual_seed(0)
     params = [torch.randn(w, generator=g, dtype=torch.bfloat16, requires_grad=True)
               for _ in range(2) for w in WIDTHS for _ in range(2)]
-    inputs = (torch.randn(256, sum(WIDTHS), generator=g, dtype=torch.bfloat16, requires_grad=True), *params)
+    x = torch.randn(256, sum(WIDTHS), generator=g, dtype=torch.bfloat16, requires_grad=True)
+    inputs = (x, torch.randn(sum(WIDTHS), generator=g, dtype=torch.bfloat16), *params)
     stock = compile_report(_split_norm_tanh_cat, inputs, passes=None).graphs[-1]
     with mock.patch.object(stock_guard, "GUARD_MAX_NODES", 0):  # the rise itself, unguarded
         unguarded = compile_report(_split_norm_tanh_cat, inputs).graphs[-1]
