@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import traceback
 import types
 import warnings
@@ -82,6 +83,8 @@ __all__ = ["TraceError", "generate", "virtual_cuda_available"]
 
 _CPU = torch.device("cpu")
 _CUDA = torch.device("cuda", 0)
+#: ops whose decomposition rounds its statistics to a bf16 or fp16 input's dtype on the CPU alone
+_CPU_STATISTICS_IN_INPUT_DTYPE = frozenset({"aten::native_layer_norm"})
 
 
 # ---------------------------------------------------------------------------
@@ -237,6 +240,22 @@ def _ops_without_cuda_kernels(gm: torch.fx.GraphModule) -> list[str]:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
     }
     return sorted(name for name in names if has_kernel(name, "CPU") and not has_kernel(name, "CUDA"))
+
+
+def _statistics_in_input_dtype(gm: torch.fx.GraphModule) -> list[str]:
+    """The ATen ops ``gm`` came from whose decomposition keeps statistics in a bf16 or fp16 input's dtype on the
+    CPU alone (``torch._refs.native_layer_norm``'s mean and rstd; CUDA keeps them in fp32): traced on the CPU,
+    the graph computes and saves other tensors than a GPU's."""
+    return sorted({
+        op.name()
+        for node in gm.graph.nodes
+        if isinstance(op := node.meta.get("original_aten"), torch._ops.OpOverload)
+        and op.name() in _CPU_STATISTICS_IN_INPUT_DTYPE
+        and node.target is torch.ops.prims.convert_element_type.default
+        and node.args[1] in (torch.bfloat16, torch.float16)
+        # the statistics (var_mean's mean, rstd), not the normalized output, which CUDA rounds too
+        and getattr(node.args[0], "target", None) in (operator.getitem, torch.ops.aten.rsqrt.default)
+    })
 
 
 def _retarget(value: Any) -> Any:
@@ -403,6 +422,14 @@ def generate(
                     f"optimus_ir.virtual_cuda: the {graph.name} graph calls ops with CPU kernels only "
                     f"({', '.join(cpu_only)}), as AOTAutograd traced it on the CPU. A GPU compile calls CUDA ops "
                     "there, so its launches differ from these.",
+                    stacklevel=2,
+                )
+            if reduced := _statistics_in_input_dtype(graph.gm):
+                warnings.warn(
+                    f"optimus_ir.virtual_cuda: the {graph.name} graph has {', '.join(reduced)} in bf16 or fp16, "
+                    "whose mean and rstd the CPU's decomposition rounds to that dtype and CUDA's keeps in fp32. "
+                    "Traced on the CPU, the graph saves and computes other tensors than a GPU compile's, so its "
+                    "launches and memory differ from these.",
                     stacklevel=2,
                 )
         with (

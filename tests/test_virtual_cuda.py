@@ -208,3 +208,17 @@ def test_ops_traced_for_the_cpu_only_are_named_in_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         virtual_cuda.generate(lambda x: torch.softmax(x, -1) @ x, (torch.randn(16, 16),))
+
+
+def test_a_layer_norm_in_bf16_traced_for_training_is_named_in_a_warning():
+    # the CPU's decomposition rounds the layer norm's saved mean and rstd to bf16, CUDA's keeps them in fp32: the
+    # training graphs traced here save and compute other tensors than a GPU compile's
+    norm = torch.nn.LayerNorm(32)
+    rounded = r"forward graph has aten::native_layer_norm in bf16 or fp16, whose mean and rstd"
+    with pytest.warns(UserWarning, match=rounded):
+        virtual_cuda.generate(norm.to(torch.bfloat16), (torch.randn(8, 32, dtype=torch.bfloat16),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        virtual_cuda.generate(norm.float(), (torch.randn(8, 32),))  # fp32: the statistics are fp32 on both
+        with torch.no_grad():  # inference: nothing saved, the statistics' rounding is dead code
+            virtual_cuda.generate(norm.to(torch.bfloat16), (torch.randn(8, 32, dtype=torch.bfloat16),))
