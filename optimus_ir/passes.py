@@ -18,7 +18,9 @@ ON_WORDS = frozenset({"1", "all", "on", "true", "yes"})
 OFF_WORDS = frozenset({"", "0", "none", "off", "false", "no"})
 
 _enabled: frozenset[str] = frozenset()
-_suspended: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("optimus_ir_suspended", default=frozenset())
+_suspended: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "optimus_ir_suspended", default=frozenset()
+)
 
 
 def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str]:

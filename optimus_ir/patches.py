@@ -18,8 +18,8 @@ lowered operations before the scheduler is built (``GraphLowering._update_schedu
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
 (``PythonWrapperCodegen.codegen_free``), the op ``segment_sum`` (its dtype, shape, reads and Triton code, on the
 handlers that need them; ``Scheduler.score_fusion_memory``: no fusion for the runs of one ids tensor its tables
-read), the guard that keeps stock's code where ours would launch more kernels or peak higher (``GraphLowering.codegen``,
-:mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
+read), the guard that keeps stock's code where ours would launch more kernels or peak higher
+(``GraphLowering.codegen``, :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
 

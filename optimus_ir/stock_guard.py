@@ -136,12 +136,13 @@ def _within_stocks_peak(
         return code
     cats = sorted(state.may_raise_peak) or ["<graph>"]
     ceiling = theirs.raised_by(settings.peak_tolerance())
+    peaks = f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}"
     if ours.within(ceiling):
         if state.may_raise_peak:  # (a graph lowered again for its launches alone says nothing here)
-            record(PEAK_RULE, False, cats, f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}: ours kept")
+            record(PEAK_RULE, False, cats, f"{peaks}: ours kept")
         return code
     if disagreement := _disagreement(graph, stock[0]):
-        record(PEAK_RULE, False, cats, f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}, but ours kept: {disagreement}")
+        record(PEAK_RULE, False, cats, f"{peaks}, but ours kept: {disagreement}")
         return code
     if PEAK_RAISING_PASS in enabled_passes() and len(enabled_passes()) > 1:
         fewer = _lowered_again(graph, [PEAK_RAISING_PASS])
@@ -150,13 +151,10 @@ def _within_stocks_peak(
             estimate is not None and estimate.within(ceiling) and not _disagreement(graph, fewer[0])
             and len(parse_wrapper(fewer[1][0].value).launches) <= len(parse_wrapper(stock[1][0].value).launches)
         ):
-            record(
-                PEAK_RULE, True, cats,
-                f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}: the code lowered without the "
-                f"{PEAK_RAISING_PASS} pass kept ({estimate.peak} bytes)",
-            )
+            record(PEAK_RULE, True, cats,
+                   f"{peaks}: the code lowered without the {PEAK_RAISING_PASS} pass kept ({estimate.peak} bytes)")
             return _taken(graph, fewer)
-    record(PEAK_RULE, True, cats, f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}: stock's code kept")
+    record(PEAK_RULE, True, cats, f"{peaks}: stock's code kept")
     return _taken(graph, stock)
 
 
