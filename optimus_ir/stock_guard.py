@@ -144,7 +144,7 @@ def _within_stocks_peak(
     if disagreement := _disagreement(graph, stock[0]):
         record(PEAK_RULE, False, cats, f"{peaks}, but ours kept: {disagreement}")
         return code
-    if PEAK_RAISING_PASS in enabled_passes() and len(enabled_passes()) > 1:
+    if PEAK_RAISING_PASS in enabled_passes() and enabled_passes() - {PEAK_RAISING_PASS}:  # another pass to keep
         fewer = _lowered_again(graph, [PEAK_RAISING_PASS])
         estimate = None if fewer is None else graph_state.state_of(fewer[0]).estimated_peak
         if (
