@@ -95,6 +95,24 @@ def test_training_step_with_gradients_from_outside_merges_forward_and_backward()
     torch.testing.assert_close([x.grad for x in inputs], [x.grad for x in reference])
 
 
+def inverse_permutation_and_tanh(perm, x):
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel())  # a scatter into a new buffer (a MoE's unpermute)
+    return inverse, torch.tanh(x)
+
+
+def test_a_scatter_is_a_class_and_its_kernel_is_tuned_no_further():
+    inputs = [torch.randperm(1024), torch.randn(64, 96)]
+    report = compile_report(inverse_permutation_and_tanh, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    assert "2 kernels of 2 bodies" in _class_merges(report.rewrites)[0].detail
+    (kernel,) = report.kernels
+    # the autotuner clones a kernel's mutated arguments to try configs; it cannot clone what a table points to
+    assert "'autotune_pointwise': False" in kernel.source
+    actual, expected, _ = _interpreted(inverse_permutation_and_tanh, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
 def test_classes_too_different_in_size_go_to_different_kernels():
     def unit(i, numels):  # a body of its own each
         return SimpleNamespace(get_name=lambda i=i: f"op{i}"), [Structure((i,), [], n, []) for n in numels], POINTWISE

@@ -38,6 +38,8 @@ from optimus_ir.scheduler_hooks.horizontal.structure import LOOPED, PERSISTENT, 
 _JIT = "@triton.jit\ndef "
 #: Inductor's heuristics for a dispatch kernel of row reductions of each kind
 _HEURISTICS = {PERSISTENT: "persistent_reduction", LOOPED: "reduction"}
+#: the inductor meta's switches of autotuning
+_TUNING = ("autotune_pointwise", "max_autotune", "max_autotune_pointwise", "coordinate_descent_tuning")
 
 
 def dispatch_source(
@@ -107,13 +109,17 @@ def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
 
 
 def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
-    """Class 0's, with the loads, stores and atomics of all classes."""
+    """Class 0's, with the loads, stores and atomics of all classes, tuned only as far as every class may be (a
+    class that updates a buffer in place is run with one config: the autotuner cannot clone what a table points
+    to)."""
     meta = dict(kernels[0].inductor_meta)
     meta["kernel_name"] = str(Placeholder.DESCRIPTIVE_NAME)
     meta["mutated_arg_names"] = []
     for key in ("num_load", "num_store", "num_reduction"):
         if key in meta:
             meta[key] = sum(kernel.inductor_meta.get(key, 0) for kernel in kernels)
+    for key in [key for key in _TUNING if key in meta]:
+        meta[key] = all(kernel.inductor_meta.get(key, False) for kernel in kernels)
     meta["atomic_add_found"] = any(kernel.inductor_meta.get("atomic_add_found") for kernel in kernels)
     return meta
 

@@ -138,7 +138,7 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
     """In schedule order, the nodes that can be a class of a kernel of several bodies, with their kind: merged
     groups, and candidates left alone, that are pointwise and may run over their flat index
     (:func:`.cost.flat_run_refusal`), or row reductions of more than one row that Inductor makes one plain kernel of
-    (:func:`.structure.row_reduction_kind`); of static sizes, that update nothing in place, read no 0-d CPU tensor
+    (:func:`.structure.row_reduction_kind`); of static sizes, that read no 0-d CPU tensor
     (passed by value, where a class takes only its table) and no buffer their structure does not name (one read
     through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
     units, refused = [], {}
@@ -171,7 +171,7 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
                     node.get_name()
                 )
             continue
-        if all(s.numel_expr is None and not s.updates_in_place and not s.key[-1] for s in structures):
+        if all(s.numel_expr is None and not s.key[-1] for s in structures):
             units.append((node, structures, kind))
     for why, names in refused.items():
         record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
