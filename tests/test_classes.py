@@ -113,6 +113,35 @@ def test_a_scatter_is_a_class_and_its_kernel_is_tuned_no_further():
     torch.testing.assert_close(actual, expected)
 
 
+def transposes_of_three_bodies(a1, a2, b, c):
+    return (a1.t() * 2).contiguous(), (a2.t() * 2).contiguous(), (b.permute(0, 2, 1) + 1).contiguous(), torch.tanh(c)
+
+
+def test_transposes_too_large_to_run_flat_are_classes_kept_in_their_tiles():
+    # sizes that are no multiple of a tile: the tiles past each member's rows and columns are masked
+    inputs = [torch.randn(500, 770), torch.randn(500, 770), torch.randn(8, 384, 250), torch.randn(64, 96)]
+    report = compile_report(transposes_of_three_bodies, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    assert "4 kernels of 3 bodies" in _class_merges(report.rewrites)[0].detail
+    (kernel,) = report.kernels
+    assert kernel.source.count("xtile = xpid % ") == 2  # the two transposes' classes, the tanh's runs flat
+    actual, expected, _ = _interpreted(transposes_of_three_bodies, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_transposes_of_one_body_in_different_tiles_are_classes_of_their_own():
+    def transposes(*xs):
+        return [(x.t() * 2).contiguous() for x in xs]
+
+    inputs = [torch.randn(500, 770), torch.randn(520, 770), torch.randn(64, 96)]
+    report = compile_report(transposes, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    (kernel,) = report.kernels
+    assert kernel.source.count("xtile = xpid % ") == 2
+    actual, expected, _ = _interpreted(transposes, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
 def test_classes_too_different_in_size_go_to_different_kernels():
     def unit(i, numels):  # a body of its own each
         return SimpleNamespace(get_name=lambda i=i: f"op{i}"), [Structure((i,), [], n, []) for n in numels], POINTWISE
@@ -173,10 +202,10 @@ def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_k
     made = classes.group_kernel
     calls = itertools.count()
 
-    def fails_for_the_first_class(backend, group, placement=None):
+    def fails_for_the_first_class(backend, group, placement=None, tiled=False):
         if next(calls) % len(OPS) == 0:  # eight classes a compile
             raise RuntimeError("boom")
-        return made(backend, group, placement)
+        return made(backend, group, placement, tiled)
 
     inputs = _inputs(8)
     with mock.patch.object(classes, "group_kernel", fails_for_the_first_class):

@@ -1,8 +1,10 @@
 """Kernels Inductor tiles in 2-d (transposes, conv weights laid out for channels-last, slices of a channel split laid
 out for convolutions) merged: in those tiles where the members have the same ones, else by running them over their
 flat index where the cost model says the launch saved is worth more than the strided side's extra sectors
-(``scheduler_hooks/horizontal/cost.py``): what merges, what stays stock and why, numerics through Triton's
-interpreter."""
+(``scheduler_hooks/horizontal/cost.py``), else as a class of a kernel of several bodies kept in its tiles: what
+merges, what stays stock and why, numerics through Triton's interpreter."""
+
+from unittest import mock
 
 import torch
 
@@ -10,7 +12,8 @@ import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
-from optimus_ir.scheduler_hooks.horizontal import cost
+from optimus_ir.scheduler_hooks.horizontal import cost, tuning
+from optimus_ir.scheduler_hooks.horizontal import rule as horizontal_rule
 
 RULE = "IdenticalKernelsToMemberTableKernel"
 
@@ -57,59 +60,41 @@ def test_conv_weights_of_several_shapes_laid_out_for_channels_last_become_one_ke
     assert all(a.is_contiguous(memory_format=torch.channels_last) for a in actual)
 
 
-def test_a_transpose_whose_flat_run_costs_more_than_a_launch_keeps_its_2d_kernel():
-    inputs = [torch.randn(64 + 8 * i, 96) for i in range(4)] + [torch.randn(2048, 2048)]
+def test_a_transpose_whose_flat_run_costs_more_than_a_launch_is_a_class_in_its_own_tiles():
+    inputs = [torch.randn(64 + 8 * i, 96) for i in range(4)] + [torch.randn(500, 770)]
     report = compile_report(transposes, inputs, passes="horizontal")
-    (refusal,) = _refusals(report)
-    assert len(refusal.nodes) == 1 and refusal.detail.startswith("no class of a kernel of several bodies")
-    assert "more than the launch a merge saves" in refusal.detail
-    assert len(report.launches) == 2  # the four small ones as one, the large one in 2-d tiles
-    large = [k for k in report.kernels if "YBLOCK" in k.source]
-    assert len(large) == 1
-
-
-def test_the_cost_of_a_flat_run_grows_with_the_transposes_size():
-    """Two transposes of different sizes (no common tiles): merged over their flat index while the model's extra
-    device time stays under the launch saved."""
-    model = {}
-    for n in (64, 128, 512, 2048):
-        report = compile_report(transposes, [torch.randn(n, n), torch.randn(n + 8, n)], passes="horizontal")
-        model[n] = (_refusals(report), len(report.launches))
-    assert model[64] == ([], 1) and model[128] == ([], 1)
-    assert all(refusals and launches == 2 for refusals, launches in (model[512], model[2048]))
-    assert cost.LAUNCH_DEVICE_US > 0 and cost.EXTRA_SECTOR_BYTES_PER_US > 0
-
-
-def _tiles_kernel(report):
+    assert len(report.launches) == 1  # the four small ones over their flat index, the large one in 2-d tiles
     (kernel,) = report.kernels
-    assert "YBLOCK" in kernel.source and "ystart" in kernel.source and "xmember" in kernel.source
-    return kernel
-
-
-def test_transposes_of_one_size_become_one_kernel_in_their_2d_tiles():
-    """Large transposes whose flat run the model refuses: one kernel that keeps Inductor's tiles, the members one
-    after another along y."""
-    inputs = [torch.randn(640, 784) for _ in range(5)]
-    report = compile_report(transposes, inputs, passes="horizontal")
-    assert len(report.launches) == 1 and not _refusals(report)
-    kernel = _tiles_kernel(report)
-    assert "ystart // 1024" in kernel.source and "tl.program_id(2)" not in kernel.source
-    (merge,) = [r for r in report.rewrites if r.rule == RULE and r.fired]
-    assert "784 × 640 in 2-d tiles each" in merge.detail
+    assert "xtile = xpid % " in kernel.source and f"XBLOCK // {tuning.CLASS_TILE_ROWS}" in kernel.source
     actual, expected = _interpreted(transposes, inputs)
     torch.testing.assert_close(actual, expected)
 
 
-def test_members_in_2d_tiles_beyond_the_y_grid_spread_over_y_and_z():
-    """70 members of 1000 rows padded to 1024: more rows than a y grid of 65535 blocks of one row can hold, so the
-    grid goes over y and z, and blocks past the last member find no rows."""
-    inputs = [torch.randn(4, 1000) for _ in range(70)]
-    report = compile_report(transposes, inputs, passes="horizontal")
+def test_a_transpose_that_whole_tiles_would_pad_too_much_keeps_its_2d_kernel():
+    # 33 of x pad to 64 in tiles of its narrow width (1.94 times its work; to 128 in tiles of 32 rows): more than a
+    # padding allowed at 1.5 (at the default 2 the tiles of one of those ways always fit a transpose this large)
+    inputs = [torch.randn(64, 96), torch.randn(33, 4100)]
+    with mock.patch.object(horizontal_rule, "MAX_PADDING", 1.5):
+        report = compile_report(transposes, inputs, passes="horizontal")
+    (refusal,) = _refusals(report)
+    assert refusal.detail.startswith("no class of a kernel of several bodies")
+    assert "more than the launch a merge saves" in refusal.detail and "more than twice its work" in refusal.detail
+    assert len(report.launches) == 2 and not any("xtile" in k.source for k in report.kernels)
+
+
+def test_conv_weights_whose_flat_run_costs_more_than_a_launch_are_classes_in_tiles_of_their_narrow_width():
+    # a launch made worth nothing: every weight keeps its tiles, [out * in, kh * kw] with x the narrow kh * kw
+    shapes = [(64, 32, 3, 3), (48, 16, 5, 5), (64, 16, 7, 1)]
+    inputs = [torch.randn(shape) for shape in shapes * 2]
+    with mock.patch.object(cost, "LAUNCH_DEVICE_US", 0.0):
+        report = compile_report(channels_last, inputs, passes="horizontal")
+        actual, expected = _interpreted(channels_last, inputs)
     assert len(report.launches) == 1
-    kernel = _tiles_kernel(report)
-    assert "tl.program_id(2)" in kernel.source and "Grid2DWithYZOverflow" in kernel.source
-    actual, expected = _interpreted(transposes, inputs)
+    (kernel,) = report.kernels
+    # x of 9, 25 and 7: whole in tiles 16, 32 and 8 wide, rows as many as the block holds
+    assert all(f"XBLOCK // {width}, {width})" in kernel.source for width in (16, 32, 8))
     torch.testing.assert_close(actual, expected)
+    assert all(a.is_contiguous(memory_format=torch.channels_last) for a in actual)
 
 
 def split_to_channels_last(x):

@@ -296,7 +296,9 @@ def test_in_place_updates_keep_their_order_and_their_targets():
     e *= 2
     with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
         torch.compile(fn)(*inputs)
-    assert not any(r.fired for r in records if r.rule == RULE), records
+    # no member table of one body; Inductor's kernel of both adds and the other two may be classes of one kernel
+    merges = [r for r in records if r.rule == RULE and r.fired]
+    assert all("bodies → one kernel" in r.detail for r in merges), records
     torch.testing.assert_close(inputs, [a, b, c, d, e])
 
 

@@ -213,8 +213,9 @@ HORIZONTAL_CASES.append(
         # forward: the backward no longer reads the offsets, offset2bag and the rest, so the 4 ATen kernels become
         # 4 segment sums fused with their scale, which Inductor fuses into one kernel (they read one ids tensor);
         # backward: 4 ATen kernels (each ~20 launches on the GPU) → per table the bag gradient, a zero fill ordered
-        # after it, a scatter-add; the bag gradients and the fills of different bodies each one kernel of classes
-        8,
+        # after it, a scatter-add; the bag gradients, the fills and the scatters of different bodies each one kernel
+        # of classes where the peak allows
+        7,
         ("EmbeddingBagToSegmentSum", "EmbeddingBagBackwardOfRegularBagsToScatterAdd"),
         atol=1e-4,
     )

@@ -1,6 +1,6 @@
 """The merged node of several classes (:class:`ClassesGroup`): independent kernels of different bodies, pointwise
-ones or row reductions (persistent or looped), each class a member-table group of one body, generated as one kernel
-that sends each block to its class (:mod:`.dispatch`)."""
+ones (over their flat index or in their 2-d tiles) or row reductions (persistent or looped), each class a
+member-table group of one body, generated as one kernel that sends each block to its class (:mod:`.dispatch`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from optimus_ir.scheduler_hooks.horizontal.group import (
     group_kernel,
 )
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement
-from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+from optimus_ir.scheduler_hooks.horizontal.tuning import RULE, tiled_class_numel
 
 
 class ClassesGroup(TableGroup):
@@ -38,10 +38,12 @@ class ClassesGroup(TableGroup):
         ClassesGroup([tanh ×16, sigmoid ×8, gelu ×1])  # one launch: class by block, member by the class's table
     """
 
-    def __init__(self, classes: list[MemberTableGroup]) -> None:
+    def __init__(self, classes: list[MemberTableGroup], tiled: list[bool]) -> None:
         self.members = [member for group in classes for member in group.members]
         super().__init__(self.members)
         self.classes = classes
+        #: by class: whether it keeps its 2-d tiles (a block one tile), else it runs over its flat index
+        self.tiled = tiled
         self.reduction = classes[0].reduction
         self.scheduler.name_to_fused_node.update({n: self for m in self.members for n in m.get_operation_names()})
         self.one_allocations = {
@@ -67,14 +69,17 @@ def codegen_classes(backend: Any, group: ClassesGroup) -> None:
     be made gets its members' stock kernels (each error goes to the dump), and so does every class of a dispatch
     kernel that cannot be made."""
     placement = ClassPlacement.of(
-        [[s.numel for s in c.structures] for c in group.classes], group.reduction,
-        max(s.rnumel for c in group.classes for s in c.structures),
+        [
+            [tiled_class_numel(c.tiles) if tiled and c.tiles else s.numel for s in c.structures]
+            for c, tiled in zip(group.classes, group.tiled, strict=True)
+        ],
+        group.reduction, max(s.rnumel for c in group.classes for s in c.structures),
     )
     by_kind: dict[str, list[tuple[MemberTableGroup, GroupKernel]]] = {}
     apart: list[tuple[MemberTableGroup, Exception]] = []
-    for c in group.classes:
+    for c, tiled in zip(group.classes, group.tiled, strict=True):
         try:
-            made = group_kernel(backend, c, placement)
+            made = group_kernel(backend, c, placement, tiled)
             by_kind.setdefault(dispatch.kind_of(made.kernel), []).append((c, made))
         except Exception as error:  # a rule must never fail a compile
             apart.append((c, error))

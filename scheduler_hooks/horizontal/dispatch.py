@@ -19,7 +19,9 @@ alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all.
 reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in
 its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the row is the longest class's, so that
 the block of rows the heuristics pick suits every class. Classes of looped row reductions loop over their rows with
-the launch's ``R0_BLOCK``, which the dispatch kernel (a ``reduction``) passes to each.
+the launch's ``R0_BLOCK``, which the dispatch kernel (a ``reduction``) passes to each. A pointwise class kept in
+its 2-d tiles takes each block as one tile, its ``YBLOCK`` and ``XBLOCK`` passed from the launch's block
+(``class_1(..., xpid - 8192 // XBLOCK, 32, XBLOCK // 32)``).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ import copy
 from typing import Any
 
 import torch
+from torch._inductor.runtime import triton_heuristics
 from torch._inductor.runtime.hints import ReductionHint
 from torch._inductor.runtime.runtime_utils import next_power_of_2
 from torch._inductor.utils import Placeholder
 
 from optimus_ir.scheduler_hooks.horizontal.kernel import CLASS_PID, MemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import LOOPED, PERSISTENT, POINTWISE
+from optimus_ir.scheduler_hooks.horizontal.tuning import CLASS_TILE_ROWS
 
 _JIT = "@triton.jit\ndef "
 #: Inductor's heuristics for a dispatch kernel of row reductions of each kind
@@ -113,6 +117,7 @@ def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
     class that updates a buffer in place is run with one config: the autotuner cannot clone what a table points
     to)."""
     meta = dict(kernels[0].inductor_meta)
+    meta["grid_type"] = triton_heuristics.Grid1D.__name__  # (class 0 may be in 2-d tiles: its own grid is not)
     meta["kernel_name"] = str(Placeholder.DESCRIPTIVE_NAME)
     meta["mutated_arg_names"] = []
     for key in ("num_load", "num_store", "num_reduction"):
@@ -179,10 +184,18 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid:
     the class's block index and the block size."""
     tensors = {name for name, _ in kernel.tensor_args_of_table()}
     signature = definition[len(_JIT):].partition("):\n")[0].partition("(")[2]
+    # a class in 2-d tiles takes each block as one tile (its own numels are constants of its code)
+    width = kernel.narrow_width
+    tile = {"ynumel": "xnumel"} | (
+        {"YBLOCK": str(CLASS_TILE_ROWS), "XBLOCK": f"XBLOCK // {CLASS_TILE_ROWS}"} if width is None
+        else {"YBLOCK": f"XBLOCK // {width}", "XBLOCK": str(width)}
+    )
     arguments = []
     for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
         if name in tensors:
             arguments.append(table)
+        elif kernel.class_tiles and name in tile:
+            arguments.append(tile[name])
         elif name in ("xnumel", "r0_numel", "XBLOCK", "R0_BLOCK"):
             arguments.append(name)
         elif name == CLASS_PID:

@@ -101,9 +101,11 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     backend.free_buffers_in_scheduler()
 
 
-def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacement | None = None) -> GroupKernel:
+def group_kernel(
+    backend: Any, group: MemberTableGroup, placement: ClassPlacement | None = None, tiled: bool = False
+) -> GroupKernel:
     """Inductor's kernel for the group's largest member, made to serve every member (placed by ``placement`` where
-    the group is one class of a kernel of several bodies)."""
+    the group is one class of a kernel of several bodies, in its 2-d tiles where ``tiled``)."""
     order = sorted(range(len(group.members)), key=lambda i: (-group.structures[i].numel, -group.structures[i].rnumel))
     members = [group.members[i] for i in order]
     structures = [group.structures[i] for i in order]
@@ -115,7 +117,9 @@ def group_kernel(backend: Any, group: MemberTableGroup, placement: ClassPlacemen
     symbolic = structures[0].numel_expr is not None
     schedule = backend.generate_node_schedule(nodes, numel, rnumel)
     tiling = backend.select_tiling(schedule, numel, rnumel)
-    tiles = group.tiles if placement is None else None
+    if tiled and group.tiles is None:
+        raise NotImplementedError("a class in 2-d tiles whose members' tiles differ")
+    tiles = group.tiles if placement is None or tiled else None
     # else a pointwise member Inductor tiles in 2-d runs over its flat index (planning weighed what that costs)
     flat = not group.reduction and not tiles and any(p not in ("x", "r0_") and n != 1 for p, n in tiling.items())
     if flat:

@@ -30,6 +30,8 @@ from optimus_ir.scheduler_hooks.horizontal.tuning import (
     MAX_XBLOCK,
     MIN_RNUMEL_FOR_TOTAL_HINT,
     block_alignment,
+    class_tile_extents,
+    class_tile_width,
 )
 
 _TRITON_DTYPE = {
@@ -92,6 +94,8 @@ class MemberTableKernel(TritonKernel):
 
     Members of the same 2-d tiles (``tiles``) keep them: member ``m`` owns the rows ``[m, m + 1) * padded ynumel``
     of the y axis, ``ynumel`` padded to a multiple of the largest YBLOCK the heuristics may pick; x is Inductor's.
+    As a class of a kernel of several bodies (``placement`` and ``tiles``), each of the dispatch kernel's blocks is
+    one tile (:func:`.tuning.class_tile_width`): its rows and its x extent padded to whole tiles of every block.
     """
 
     def __init__(
@@ -125,16 +129,24 @@ class MemberTableKernel(TritonKernel):
         largest_block = MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK
         #: one class of a kernel of several bodies (:mod:`.dispatch`): where its members start
         self.placement = placement
+        #: a class in 2-d tiles (each block one tile): its x extent padded to whole tiles (else 1: x is Inductor's),
+        #: and its tiles' constant width, where x is narrow (:func:`.tuning.class_tile_width`)
+        self.class_tiles = tiles is not None and placement is not None
+        self.tile_width, self.narrow_width = 1, None
         if tiles is not None:  # members placed along y
             numels = [tiles["y"]] * len(structures)
             self.align = min(TRITON_MAX_BLOCK["Y"], 1 << (tiles["y"] - 1).bit_length())
+            if placement is not None:
+                self.narrow_width = class_tile_width(tiles)
+                self.align, self.tile_width = class_tile_extents({"y": 1, "x": tiles["x"]}, self.narrow_width)
         elif placement is not None:
             self.align = placement.align
         else:
             self.align = largest_block if self.symbolic else block_alignment(numels[0], reduction)
         padded = [-(-n // self.align) * self.align for n in numels]
         self.starts = [sum(padded[:i]) for i in range(len(padded))]
-        self.total = sum(padded)
+        #: the blocks' elements end to end (a class in 2-d tiles: its padded rows times its padded x extent)
+        self.total = sum(padded) * self.tile_width
         self.uniform = len(set(numels)) == 1 and not self.symbolic
         self.pad_to = padded_members(len(numels))
         self.layout = MemberTableLayout(len(numels), self.pad_to, len(self.member_values))
@@ -152,6 +164,9 @@ class MemberTableKernel(TritonKernel):
 
     def _has_constant_mask(self, tree: Any) -> bool:
         if self.tiles is not None:  # Inductor's masks of one member; along y always where the grid spreads over z
+            tile = {"y": self.align, "x": self.tile_width}.get(tree.prefix)
+            if self.class_tiles and tile and self.tiles[tree.prefix] % tile:
+                return False  # a class's tiles past the member's extent
             return super()._has_constant_mask(tree) and not (tree.prefix == "y" and self._y_overflows())
         if tree.prefix == "x" and (self.symbolic or any(s.numel % self.align for s in self.structures)):
             return False
@@ -165,12 +180,14 @@ class MemberTableKernel(TritonKernel):
             # (x: int64 already where it must be; y's block index: as Inductor's own program ids)
             wide = self.tiles is not None and self.index_dtype != "tl.int32"
             return f"{entry.prefix}block.to({self.index_dtype})" if wide else f"{entry.prefix}block"
+        if entry.prefix == "x" and self.class_tiles:
+            return "xtile"
         return super().iteration_ranges_get_pid(entry)
 
     def _y_overflows(self) -> bool:
         """Whether the members' rows take more blocks along y than a grid's y dimension holds (with blocks of one
         row): Inductor's grid then spreads them over y and z (``Grid2DWithYZOverflow``), and may launch more."""
-        return self.tiles is not None and self.total > get_max_y_grid()
+        return self.tiles is not None and self.placement is None and self.total > get_max_y_grid()
 
     def _get_grid_type(self) -> type[triton_heuristics.GridExpr]:
         if self._y_overflows():
@@ -243,12 +260,15 @@ class MemberTableKernel(TritonKernel):
         """Inductor's numels of one member, then the member of the block's rows and its addresses. Blocks past
         the last member (a grid spread over y and z) take its addresses and rows past its ``ynumel``: masked."""
         super().codegen_static_numels(code)
-        rows = self.total // len(self.structures)  # each member's, padded
+        rows = self.total // self.tile_width // len(self.structures)  # each member's, padded
         pid = "tl.program_id(1)"
         member = f"ystart // {rows}"
         if self._y_overflows():
             pid = "(tl.program_id(1) + tl.program_id(2) * tl.num_programs(1))"
             member = f"tl.minimum({member}, {len(self.structures) - 1})"
+        if self.class_tiles:  # a class: its block among its own, one tile, row of tiles after row of tiles
+            code.writeline(f"xtile = {CLASS_PID} % ({self.tile_width} // XBLOCK)")
+            pid = f"({CLASS_PID} // ({self.tile_width} // XBLOCK))"
         code.writeline(f"ystart = {pid} * YBLOCK")
         code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
         code.writeline(f"xmember = {member}")

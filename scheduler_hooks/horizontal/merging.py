@@ -19,7 +19,7 @@ from optimus_ir.scheduler_hooks.horizontal.classes import ClassesGroup
 from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
 from optimus_ir.scheduler_hooks.horizontal.memory import MemoryEstimate, live_while_running, peak_memory
 from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit
-from optimus_ir.scheduler_hooks.horizontal.structure import POINTWISE, Structure
+from optimus_ir.scheduler_hooks.horizontal.structure import POINTWISE, TILED, Structure, dispatched_as, tiles_key
 from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_ESTIMATED_NODES, RULE
 from optimus_ir.scheduler_hooks.node_graph import replace_with_group
 
@@ -171,10 +171,11 @@ def try_class_sets(nodes: list[Any], sets: list[list[ClassUnit]], check: MemoryC
             record(RULE, False, left, f"not tried as kernels of several bodies: the memory estimates' budget "
                    f"({MAX_ESTIMATED_NODES} nodes) is spent")
             break
-        reduction = units[0][2] != POINTWISE
-        classes = [MemberTableGroup([m for m, _ in c], [s for _, s in c], reduction) for c in _classes(units)]
+        reduction = dispatched_as(units[0][2]) != POINTWISE
+        bodies = _classes(units)
+        classes = [MemberTableGroup([m for m, _ in c], [s for _, s in c], reduction) for c, _ in bodies]
         # one body (the halves of a group the member-table merges split, put together another way): one class
-        group = classes[0] if len(classes) == 1 else ClassesGroup(classes)
+        group = classes[0] if len(classes) == 1 else ClassesGroup(classes, [tiled for _, tiled in bodies])
         nodes, why = check.merge(nodes, [(group, replaced)])
         bodies = f"{len(group.members)} kernels of {len(classes)} bod{'y' if len(classes) == 1 else 'ies'}"
         if why is None:
@@ -185,15 +186,17 @@ def try_class_sets(nodes: list[Any], sets: list[list[ClassUnit]], check: MemoryC
     return nodes
 
 
-def _classes(units: list[ClassUnit]) -> list[list[tuple[Any, Structure]]]:
-    """The classes of a kernel of several bodies, one per body: the members of ``units`` (merged groups, or kernels
-    of their own) with the same structure key are one class (a group split by the memory check, and its halves
-    put together again here, are one body)."""
-    by_body: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
-    for node, structures, _ in units:
+def _classes(units: list[ClassUnit]) -> list[tuple[list[tuple[Any, Structure]], bool]]:
+    """The classes of a kernel of several bodies, one per body (and per tiles, for those kept in 2-d tiles), and
+    whether each keeps its tiles: the members of ``units`` (merged groups, or kernels of their own) with the same
+    structure key are one class (a group split by the memory check, and its halves put together again here, are
+    one body); kept in tiles, those of the same tiles are."""
+    by_class: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
+    for node, structures, kind in units:
         for member, structure in zip(_members(node), structures, strict=True):
-            by_body.setdefault(structure.key, []).append((member, structure))
-    return list(by_body.values())
+            key = (structure.key, tiles_key(member, structure)) if kind == TILED else (structure.key, None)
+            by_class.setdefault(key, []).append((member, structure))
+    return [(members, tiles is not None) for (_, tiles), members in by_class.items()]
 
 
 def _merge(

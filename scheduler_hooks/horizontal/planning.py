@@ -12,6 +12,7 @@ from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
 from optimus_ir.scheduler_hooks.horizontal.structure import (
     POINTWISE,
     Structure,
+    dispatched_as,
     tiles_key,
     tiling_prefixes,
     triton_backend,
@@ -32,7 +33,7 @@ Candidate = tuple[Any, Structure]
 Group = tuple[list[Candidate], bool]
 GroupingPolicy = Callable[[list[list[Candidate]]], list[Group]]
 #: A class of a kernel of several bodies, or part of one: a node (a merged group, or a kernel left alone), its
-#: members' structures, and its kind (``structure.POINTWISE``, ``PERSISTENT`` or ``LOOPED``).
+#: members' structures, and its kind (``structure.POINTWISE``, ``TILED``, ``PERSISTENT`` or ``LOOPED``).
 ClassUnit = tuple[Any, list[Structure], str]
 T = TypeVar("T")
 
@@ -108,21 +109,24 @@ def grouping_policy() -> GroupingPolicy:
 
 def class_sets(units: list[ClassUnit]) -> list[list[ClassUnit]]:
     """Which classes one kernel runs (:class:`ClassesGroup`), in schedule order: sets of classes of one kind
-    (pointwise, persistent or looped row reductions) of at most ``MAX_CLASSES`` with no path between two of them and
+    (pointwise ones, flat or in 2-d tiles; persistent or looped row reductions) of at most ``MAX_CLASSES`` with no path between two of them and
     at most ``MAX_MEMBERS`` members of one body, each cut by size where padding every member to the blocks of the
     largest costs too much (``MAX_PADDING``, as for one class)."""
     sets: list[list[ClassUnit]] = []
     for unit in units:
         for kept in sets:
             if (
-                len(kept) < MAX_CLASSES and kept[0][2] == unit[2] and _fits(unit, kept)
+                len(kept) < MAX_CLASSES and dispatched_as(kept[0][2]) == dispatched_as(unit[2]) and _fits(unit, kept)
                 and independent(unit[0], [node for node, _, _ in kept])
             ):
                 kept.append(unit)
                 break
         else:
             sets.append([unit])
-    parts = [part for kept in sets for part in _cut_by_padding(kept, kept[0][2] != POINTWISE, lambda unit: unit[1])]
+    parts = [
+        part for kept in sets
+        for part in _cut_by_padding(kept, dispatched_as(kept[0][2]) != POINTWISE, lambda unit: unit[1])
+    ]
     return [part for part in parts if len(part) > 1]
 
 

@@ -32,22 +32,26 @@ from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule
 from optimus_ir.scheduler_hooks.horizontal.buffers import BufferBytes
 from optimus_ir.scheduler_hooks.horizontal.cost import flat_run_refusal
-from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup
+from optimus_ir.scheduler_hooks.horizontal.group import MemberTableGroup, common_tiles
 from optimus_ir.scheduler_hooks.horizontal.memory import planning_worked_out_once
 from optimus_ir.scheduler_hooks.horizontal.merging import MemoryCheck, try_class_sets, try_groups
 from optimus_ir.scheduler_hooks.horizontal.planning import ClassUnit, class_sets, grouping_policy
 from optimus_ir.scheduler_hooks.horizontal.structure import (
+    LOOPED,
+    PERSISTENT,
     POINTWISE,
+    TILED,
     Structure,
     row_reduction_kind,
     structure_of,
     tiling_prefixes,
     triton_backend,
 )
-from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_PADDING, RULE, tiled_class_numel
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
 _NO_PLAIN_REDUCTION = "a row reduction Inductor may make cooperative or several kernels of"
+_TILES_PADDED = "padded to whole tiles of every block size, it would do more than twice its work"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -138,14 +142,18 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
     """In schedule order, the nodes that can be a class of a kernel of several bodies, with their kind: merged
     groups, and candidates left alone, that are pointwise and may run over their flat index
     (:func:`.cost.flat_run_refusal`), or row reductions of more than one row that Inductor makes one plain kernel of
-    (:func:`.structure.row_reduction_kind`); of static sizes, that read no 0-d CPU tensor
+    (:func:`.structure.row_reduction_kind`) that update nothing in place; of static sizes, that read no 0-d CPU tensor
     (passed by value, where a class takes only its table) and no buffer their structure does not name (one read
     through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
-        if isinstance(node, MemberTableGroup) and node.tiles is None:
+        if isinstance(node, MemberTableGroup):
             kind = row_reduction_kind(node.members[0]) if node.reduction else POINTWISE
+            if node.tiles is not None:
+                prefixes = tiling_prefixes(triton_backend(node.members[0]), node.members[0])
+                flat = all(flat_run_refusal(prefixes, m, s) is None for m, s in zip(node.members, node.structures))
+                kind = POINTWISE if flat else _tiled_kind(node.tiles, node.structures)
             if kind is None:
                 continue
             structures = node.structures
@@ -156,6 +164,10 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
                 why = None if kind is not None else _NO_PLAIN_REDUCTION
             else:
                 kind, why = POINTWISE, flat_run_refusal(prefixes, node, candidates[id(node)])
+                tiles = common_tiles([node], [candidates[id(node)]]) if why is not None else None
+                if tiles is not None:
+                    kind = _tiled_kind(tiles, [candidates[id(node)]])
+                    why = None if kind is not None else f"{why}; in its tiles: {_TILES_PADDED}"
             if why is not None:
                 if planned[candidates[id(node)].key] == 1:
                     refused.setdefault(why, []).append(node.get_name())
@@ -171,11 +183,19 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
                     node.get_name()
                 )
             continue
-        if all(s.numel_expr is None and not s.key[-1] for s in structures):
+        # (a reduction's configs are tried by running it: a class's update in place would be applied each time)
+        in_place_reduction = kind in (PERSISTENT, LOOPED) and any(s.updates_in_place for s in structures)
+        if all(s.numel_expr is None and not s.key[-1] for s in structures) and not in_place_reduction:
             units.append((node, structures, kind))
     for why, names in refused.items():
         record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
     return units
+
+
+def _tiled_kind(tiles: dict[str, int], structures: list[Structure]) -> str | None:
+    """``TILED`` where members of ``structures`` in 2-d tiles ``tiles`` may be a class kept in them: padded to whole
+    tiles of every block size, a member does at most ``MAX_PADDING`` times its work; else None."""
+    return TILED if tiled_class_numel(tiles) <= MAX_PADDING * structures[0].numel else None
 
 
 def _leave_mixed_piece_groups(nodes: list[Any], by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]]) -> None:

@@ -344,6 +344,15 @@ def tiling_prefixes(backend: Any, node: Any) -> tuple[str, ...]:
 #: What kind of kernel a class of a kernel of several bodies is (:func:`row_reduction_kind` for reductions): classes
 #: of one kernel are all of one kind.
 POINTWISE, PERSISTENT, LOOPED = "pointwise", "persistent row reduction", "looped row reduction"
+#: a pointwise class kept in Inductor's 2-d tiles inside a kernel of several bodies (a transpose whose run over its
+#: flat index would cost the device more than the launch merging saves)
+TILED = "pointwise in 2-d tiles"
+
+
+def dispatched_as(kind: str) -> str:
+    """The kind of the kernel of several bodies a class of ``kind`` runs in: pointwise ones, tiled or not, in one
+    kernel; each kind of row reduction in its own."""
+    return POINTWISE if kind == TILED else kind
 
 
 def row_reduction_kind(node: Any) -> str | None:

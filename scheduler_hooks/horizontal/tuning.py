@@ -8,6 +8,12 @@ RULE = "IdenticalKernelsToMemberTableKernel"
 #: The largest block Inductor's heuristics pick along x (``TRITON_MAX_BLOCK["X"]``): pointwise members are padded
 #: to a multiple of it, so that no block spans two members whatever block size autotuning picks.
 MAX_XBLOCK = 4096
+#: A class kept in 2-d tiles inside a kernel of several bodies takes each block as one tile: ``CLASS_TILE_ROWS`` rows
+#: of its y axis and ``XBLOCK // CLASS_TILE_ROWS`` elements of x, or, where x is narrow (a conv weight's 3 × 3), all
+#: of x in a power of two of at most ``CLASS_TILE_NARROW`` and ``XBLOCK // that`` rows: whichever pads less. The
+#: extents are padded to whole tiles of every block size the heuristics may pick (up to ``MAX_XBLOCK``).
+CLASS_TILE_ROWS = 32
+CLASS_TILE_NARROW = 64
 #: Bytes each thread of a pointwise member-table kernel loads per tensor, at least: a program first loads its
 #: member's addresses from the table, then its data, and more bytes per program hide more of that.
 BYTES_PER_THREAD = 32
@@ -44,3 +50,32 @@ def block_alignment(max_numel: int, reduction: bool) -> int:
     """Members start at multiples of this: a power of two no smaller than any block the heuristics can pick (the
     kernel's size hint along x is capped at it where it is below the largest block)."""
     return min(MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK, 1 << (max_numel - 1).bit_length())
+
+
+def class_tile_width(tiles: dict[str, int]) -> int | None:
+    """For a class in 2-d tiles ``tiles``: the constant width of its tiles along x where all of a narrow x in one
+    tile pads less than rows of ``CLASS_TILE_ROWS`` do, else None (its tiles' width is then ``XBLOCK //
+    CLASS_TILE_ROWS``)."""
+    width = 1 << (tiles["x"] - 1).bit_length()
+    if width > CLASS_TILE_NARROW:
+        return None
+    return width if _padded(tiles, width) < _padded(tiles, None) else None
+
+
+def tiled_class_numel(tiles: dict[str, int]) -> int:
+    """The elements of the blocks a member of a class in 2-d tiles ``tiles`` takes in a kernel of several bodies:
+    its extents padded to whole tiles of every block size (:func:`class_tile_width`)."""
+    return _padded(tiles, class_tile_width(tiles))
+
+
+def class_tile_extents(tiles: dict[str, int], width: int | None) -> tuple[int, int]:
+    """A member's rows and x extent padded to whole tiles of every block size: tiles of ``CLASS_TILE_ROWS`` rows (x
+    padded for the widest tile, ``MAX_XBLOCK // CLASS_TILE_ROWS``), or of constant ``width`` (rows padded for the
+    tallest, ``MAX_XBLOCK // width``)."""
+    rows, x = (CLASS_TILE_ROWS, MAX_XBLOCK // CLASS_TILE_ROWS) if width is None else (MAX_XBLOCK // width, width)
+    return -(-tiles["y"] // rows) * rows, -(-tiles["x"] // x) * x
+
+
+def _padded(tiles: dict[str, int], width: int | None) -> int:
+    rows, x = class_tile_extents(tiles, width)
+    return rows * x
