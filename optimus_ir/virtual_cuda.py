@@ -85,6 +85,11 @@ _CPU = torch.device("cpu")
 _CUDA = torch.device("cuda", 0)
 #: ops whose decomposition rounds its statistics to a bf16 or fp16 input's dtype on the CPU alone
 _CPU_STATISTICS_IN_INPUT_DTYPE = frozenset({"aten::native_layer_norm"})
+#: ops whose fp32 result reads a statistic the same whether it is rounded first or not, but for the rounding
+_ELEMENTWISE = frozenset({
+    torch.ops.aten.sub.Tensor, torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.div.Tensor,
+    torch.ops.prims.convert_element_type.default,
+})
 
 
 # ---------------------------------------------------------------------------
@@ -222,7 +227,7 @@ def _aot_graphs(
             fw_compiler=capture("forward"),
             bw_compiler=capture("backward"),
             inference_compiler=capture("inference"),
-            partition_fn=compile_fx.partition_fn,
+            partition_fn=_partition_as_cuda,
             decompositions=select_decomp_table(),
             # as compile_fx: an inference graph mutates its inputs in place (an optimizer step's kernels do)
             keep_inference_input_mutations=True,
@@ -246,16 +251,37 @@ def _statistics_in_input_dtype(gm: torch.fx.GraphModule) -> list[str]:
     """The ATen ops ``gm`` came from whose decomposition keeps statistics in a bf16 or fp16 input's dtype on the
     CPU alone (``torch._refs.native_layer_norm``'s mean and rstd; CUDA keeps them in fp32): traced on the CPU,
     the graph computes and saves other tensors than a GPU's."""
-    return sorted({
-        op.name()
-        for node in gm.graph.nodes
-        if isinstance(op := node.meta.get("original_aten"), torch._ops.OpOverload)
+    return sorted({node.meta["original_aten"].name() for node in gm.graph.nodes if _rounded_statistic(node)})
+
+
+def _rounded_statistic(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is the CPU decomposition's rounding of a statistic to a bf16 or fp16 input's dtype."""
+    op = node.meta.get("original_aten")
+    return (
+        isinstance(op, torch._ops.OpOverload)
         and op.name() in _CPU_STATISTICS_IN_INPUT_DTYPE
         and node.target is torch.ops.prims.convert_element_type.default
         and node.args[1] in (torch.bfloat16, torch.float16)
         # the statistics (var_mean's mean, rstd), not the normalized output, which CUDA rounds too
         and getattr(node.args[0], "target", None) in (operator.getitem, torch.ops.aten.rsqrt.default)
-    })
+    )
+
+
+def _partition_as_cuda(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+    """Inductor's ``partition_fn`` of the joint graph as CUDA would trace it: each statistic the CPU's decomposition
+    rounded to a bf16 or fp16 input's dtype (:func:`_rounded_statistic`) is read unrounded by the elementwise ops
+    that compute in fp32 from it (the backward's ``(x - mean) * rstd``), as CUDA's decomposition keeps it in fp32.
+    The partitioner then saves, and the backward reads, what a GPU compile's do."""
+    graph = joint.graph
+    for rounded in [node for node in graph.nodes if _rounded_statistic(node)]:
+        statistic = rounded.args[0]
+        for user in list(rounded.users):
+            if user.target in _ELEMENTWISE and user.meta["val"].dtype == statistic.meta["val"].dtype:
+                user.replace_input_with(rounded, statistic)
+        if not rounded.users:
+            graph.erase_node(rounded)
+    joint.recompile()
+    return compile_fx.partition_fn(joint, joint_inputs, **kwargs)
 
 
 def _retarget(value: Any) -> Any:

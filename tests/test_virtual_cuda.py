@@ -2,6 +2,7 @@
 
 import re
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -210,15 +211,19 @@ def test_ops_traced_for_the_cpu_only_are_named_in_a_warning():
         virtual_cuda.generate(lambda x: torch.softmax(x, -1) @ x, (torch.randn(16, 16),))
 
 
-def test_a_layer_norm_in_bf16_traced_for_training_is_named_in_a_warning():
-    # the CPU's decomposition rounds the layer norm's saved mean and rstd to bf16, CUDA's keeps them in fp32: the
-    # training graphs traced here save and compute other tensors than a GPU compile's
-    norm = torch.nn.LayerNorm(32)
-    rounded = r"forward graph has aten::native_layer_norm in bf16 or fp16, whose mean and rstd"
-    with pytest.warns(UserWarning, match=rounded):
-        virtual_cuda.generate(norm.to(torch.bfloat16), (torch.randn(8, 32, dtype=torch.bfloat16),))
+def test_a_layer_norm_in_bf16_traced_for_training_saves_its_statistics_in_fp32_as_cuda_does():
+    # the CPU's decomposition rounds the layer norm's mean and rstd to bf16, CUDA's keeps them in fp32: the joint
+    # graph reads them unrounded before the partition, so the forward saves fp32 statistics, as a GPU compile's does
+    norm = torch.nn.LayerNorm(32).to(torch.bfloat16)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
-        virtual_cuda.generate(norm.float(), (torch.randn(8, 32),))  # fp32: the statistics are fp32 on both
-        with torch.no_grad():  # inference: nothing saved, the statistics' rounding is dead code
-            virtual_cuda.generate(norm.to(torch.bfloat16), (torch.randn(8, 32, dtype=torch.bfloat16),))
+        warnings.simplefilter("error", UserWarning)  # and no warning that the graphs differ from a GPU's
+        forward, _ = virtual_cuda.generate(norm, (torch.randn(8, 32, dtype=torch.bfloat16),))
+    statistics = [line for line in forward.wrapper.splitlines() if "empty_strided_cuda((8, 1)" in line]
+    assert len(statistics) == 2 and all("torch.float32" in line for line in statistics)
+
+
+def test_rounded_statistics_the_joint_graph_cannot_read_unrounded_are_named_in_a_warning():
+    norm = torch.nn.LayerNorm(32).to(torch.bfloat16)
+    rounded = r"forward graph has aten::native_layer_norm in bf16 or fp16, whose mean and rstd"
+    with mock.patch.object(virtual_cuda, "_ELEMENTWISE", frozenset()), pytest.warns(UserWarning, match=rounded):
+        virtual_cuda.generate(norm, (torch.randn(8, 32, dtype=torch.bfloat16),))
