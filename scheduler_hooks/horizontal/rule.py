@@ -141,10 +141,11 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:
     """In schedule order, the nodes that can be a class of a kernel of several bodies, with their kind: merged
     groups, and candidates left alone, that are pointwise and may run over their flat index
-    (:func:`.cost.flat_run_refusal`), or row reductions of more than one row that Inductor makes one plain kernel of
+    (:func:`.cost.flat_run_refusal`) or else in their 2-d tiles (``TILED``, where whole tiles pad them at most
+    ``MAX_PADDING`` times), or row reductions of more than one row that Inductor makes one plain kernel of
     (:func:`.structure.row_reduction_kind`) that update nothing in place; of static sizes, that read no 0-d CPU tensor
     (passed by value, where a class takes only its table) and no buffer their structure does not name (one read
-    through another's mutation). Groups in 2-d tiles are not: a class runs over its flat index."""
+    through another's mutation)."""
     units, refused = [], {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
