@@ -51,7 +51,6 @@ from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_PADDING, RULE, tile
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
 _NO_PLAIN_REDUCTION = "a row reduction Inductor may make cooperative or several kernels of"
-_TILES_PADDED = "padded to whole tiles of every block size, it would do more than twice its work"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -168,7 +167,10 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
                 tiles = common_tiles([node], [candidates[id(node)]]) if why is not None else None
                 if tiles is not None:
                     kind = _tiled_kind(tiles, [candidates[id(node)]])
-                    why = None if kind is not None else f"{why}; in its tiles: {_TILES_PADDED}"
+                    why = None if kind is not None else (
+                        f"{why}; in its tiles, padded to whole tiles of every block size, it would do more than "
+                        f"{MAX_PADDING:g} times its work"
+                    )
             if why is not None:
                 if planned[candidates[id(node)].key] == 1:
                     refused.setdefault(why, []).append(node.get_name())
