@@ -32,8 +32,9 @@ class GraphCode:
         kernels: each distinct Triton kernel defined in the wrapper, in order of definition.
         launches: the names of every kernel one call of the wrapper launches, in order: Triton kernels
             (``name.run(...)``), Inductor's C++ kernels on the CPU (``cpp_fused_0(...)``) and extern calls
-            (``extern_kernels.mm``, ``aten.*`` / ``torch.ops.*`` fallbacks). Identical kernels are defined once and
-            launched many times, so count launches.
+            (``extern_kernels.mm``, ``aten.*`` / ``torch.ops.*`` fallbacks), and the tensor methods a mix-order
+            reduction's wrapper code calls to add its partial sums (``aten.sum``, and ``aten._to_copy`` where it
+            casts them). Identical kernels are defined once and launched many times, so count launches.
     """
 
     name: str
@@ -51,6 +52,10 @@ _LAUNCH = re.compile(
     r"\b(?P<triton>\w+)\.run\("
     r"|\b(?P<extern>extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\("
 )
+#: a mix-order reduction's second stage in the wrapper, one line per partial sum (``SIMDScheduling.
+#: _codegen_mix_order_reduction``): ``buf4 = workspace_0[a : b].view(n, r).sum(dim=0)``, ``.to(torch.bfloat16)`` after
+#: it where the buffer is not fp32; each call is a kernel of ATen's
+_MIX_ORDER_SUM = re.compile(r"^\s*\w+ = \w+\[[^\]]*\]\.view\([^)]*\)\.(?P<op>sum|prod|amin|amax)\(dim=0\)(?P<cast>\.to\()?")
 #: Inductor's C++ kernels (CPU): ``cpp_fused_relu_0 = async_compile.cpp_pybinding([...], r'''...''')``
 _CPP_DEFINITION = re.compile(r"^(?P<name>\w+) = async_compile\.cpp_pybinding\(.*?'''\)\n", re.DOTALL | re.MULTILINE)
 
@@ -62,7 +67,12 @@ def parse_wrapper(wrapper: str, name: str = "inference") -> GraphCode:
     cpp = [m["name"] for m in _CPP_DEFINITION.finditer(host_code)]
     host_code = _CPP_DEFINITION.sub("", host_code)
     launch = _LAUNCH if not cpp else re.compile(_LAUNCH.pattern + r"|\b(?P<cpp>" + "|".join(cpp) + r")\(")
-    launches = [m[m.lastgroup] for m in launch.finditer(host_code)]
+    launches = []
+    for line in host_code.splitlines():
+        if mix_order := _MIX_ORDER_SUM.match(line):
+            launches += [f"aten.{mix_order['op']}", *(["aten._to_copy"] if mix_order["cast"] else [])]
+        else:
+            launches += [m[m.lastgroup] for m in launch.finditer(line)]
     return GraphCode(name, wrapper, kernels, launches)
 
 

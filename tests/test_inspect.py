@@ -115,3 +115,14 @@ def test_a_graph_torch_compile_leaves_to_eager_is_named_not_raised():
                                          r"aten._local_scalar_dense.default \(DataDependentOutputException"):
         report = compile_report(f, inputs)
     assert report.graphs == []
+
+
+def test_a_mix_order_reductions_partial_sums_count_as_launches():
+    """Inductor fuses a large layer norm's weight and bias gradients into its row kernel (a mix-order reduction,
+    at least 4096 rows and 5M elements), whose partial sums the wrapper adds with one ATen ``sum`` each."""
+    norm = torch.nn.LayerNorm(640)
+    report = compile_report(norm, (torch.randn(8192, 640, requires_grad=True),), passes=None)
+    backward = report.graphs[1]
+    assert "workspace_0" in backward.wrapper
+    assert backward.launches[1:] == ["aten.sum", "aten.sum"]
+    assert backward.launches[0].startswith("triton_per_fused_native_layer_norm")
