@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
     "flat-transpose-cost": ("benchmarks.probes.flat_transpose_cost", "transposes over one flat index against 2-d "
                             "tiles (the cost model's calibration)"),
+    "call-events": ("benchmarks.probes.call_events", "a real model's CUDA events call by call, those not in every "
+                    "call named"),
     "order-drift": ("benchmarks.probes.order_drift", "a real model's ms per call by the variants' order in the run"),
     "compile-profile": ("benchmarks.probes.compile_profile", "a real model's compile under cProfile, stock or "
                         "optimus_ir (no GPU needed)"),
