@@ -56,17 +56,27 @@ def cuda_events(fn: Callable[[], Any], calls: int = 1) -> list[Any]:
     return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+#: calls before kernels are counted or their time summed: a merged kernel's member table is cached by the addresses
+#: of its tensors, and the first calls after a compile give new ones (while the caller holds an earlier call's
+#: outputs, until the caching allocator's blocks settle), each a host-to-device copy of a new table; from the
+#: third call on the real suite's models repeat their addresses (``benchmarks/probes/call_events.py``)
+WARMUP_CALLS = 3
+
+
 def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """GPU kernels (and copies) launched per call, counted with the profiler after one call."""
-    fn()
+    """GPU kernels (and copies) launched per call in a steady state, counted with the profiler after
+    ``WARMUP_CALLS`` calls."""
+    for _ in range(WARMUP_CALLS):
+        fn()
     return len(cuda_events(fn, calls)) / calls
 
 
 def kernel_ms_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """Milliseconds the GPU spends in kernels (and copies) per call, their profiled durations summed after one
-    call: what merging changes on the device, apart from the host's time to launch (which the per-call time
-    with CUDA events includes, and which varies from run to run with the host)."""
-    fn()
+    """Milliseconds the GPU spends in kernels (and copies) per call in a steady state, their profiled durations
+    summed after ``WARMUP_CALLS`` calls: what merging changes on the device, apart from the host's time to launch
+    (which the per-call time with CUDA events includes, and which varies from run to run with the host)."""
+    for _ in range(WARMUP_CALLS):
+        fn()
     return sum(event.time_range.elapsed_us() for event in cuda_events(fn, calls)) / calls / 1000
 
 
