@@ -58,9 +58,11 @@ def cuda_events(fn: Callable[[], Any], calls: int = 1) -> list[Any]:
 
 #: calls before kernels are counted or their time summed: a merged kernel's member table is cached by the addresses
 #: of its tensors, and the first calls after a compile give new ones (while the caller holds an earlier call's
-#: outputs, until the caching allocator's blocks settle), each a host-to-device copy of a new table; from the
-#: third call on the real suite's models repeat their addresses (``benchmarks/probes/call_events.py``)
-WARMUP_CALLS = 3
+#: outputs, until the caching allocator's blocks settle), each a host-to-device copy of a new table. On the H200,
+#: counting after a first call kept alive, the CNNs' and Mixtral's inference repeat their addresses from the third
+#: call on, Mixtral's training step from the fifth, the hetero GNN's inference from the fifteenth
+#: (``benchmarks/probes/call_events.py``)
+WARMUP_CALLS = 16
 
 
 def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
