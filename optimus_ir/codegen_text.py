@@ -55,7 +55,9 @@ _LAUNCH = re.compile(
 #: a mix-order reduction's second stage in the wrapper, one line per partial sum (``SIMDScheduling.
 #: _codegen_mix_order_reduction``): ``buf4 = workspace_0[a : b].view(n, r).sum(dim=0)``, ``.to(torch.bfloat16)`` after
 #: it where the buffer is not fp32; each call is a kernel of ATen's
-_MIX_ORDER_SUM = re.compile(r"^\s*\w+ = \w+\[[^\]]*\]\.view\([^)]*\)\.(?P<op>sum|prod|amin|amax)\(dim=0\)(?P<cast>\.to\()?")
+_MIX_ORDER_SUM = re.compile(
+    r"^\s*\w+ = \w+\[[^\]]*\]\.view\([^)]*\)\.(?P<op>sum|prod|amin|amax)\(dim=0\)(?P<cast>\.to\()?"
+)
 #: Inductor's C++ kernels (CPU): ``cpp_fused_relu_0 = async_compile.cpp_pybinding([...], r'''...''')``
 _CPP_DEFINITION = re.compile(r"^(?P<name>\w+) = async_compile\.cpp_pybinding\(.*?'''\)\n", re.DOTALL | re.MULTILINE)
 
