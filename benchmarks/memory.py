@@ -26,8 +26,8 @@ from benchmarks import real_models
 from benchmarks.measure import VARIANTS, cold_compile, header, peak_memory_bytes, variant_context
 from benchmarks.suite import parse_case, prepare
 
-#: calls before the traced one: enough to fill every member table's cache of addresses (16 tables each), as the
-#: suite's peak is measured after its timed calls
+#: calls before the traced one: enough for the member tables' addresses to settle (the hetero GNN's inference misses
+#: its caches in each of its first 14 calls), as the suite's peak is measured after its counted calls
 WARMUP = 50
 #: the caching allocator's block granularity: what ``memory_allocated`` counts for a request
 _BLOCK = 512
