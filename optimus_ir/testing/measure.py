@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 __all__ = ["COLD_COMPILE_CONFIG", "cold_compile", "cuda_events", "kernel_ms_per_call", "kernels_per_call",
-           "max_rel_error", "peak_memory_bytes", "tensors_of"]
+           "max_rel_error", "peak_memory_bytes", "steady_events", "tensors_of"]
 
 #: Inductor settings for compile times that compare: no FX-graph cache, no autotuning beyond the default heuristics.
 COLD_COMPILE_CONFIG = {
@@ -65,21 +65,23 @@ def cuda_events(fn: Callable[[], Any], calls: int = 1) -> list[Any]:
 WARMUP_CALLS = 16
 
 
-def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """GPU kernels (and copies) launched per call in a steady state, counted with the profiler after
-    ``WARMUP_CALLS`` calls."""
+def steady_events(fn: Callable[[], Any], calls: int = 3) -> list[Any]:
+    """The CUDA events of ``calls`` calls of ``fn`` after ``WARMUP_CALLS`` calls: a steady state's."""
     for _ in range(WARMUP_CALLS):
         fn()
-    return len(cuda_events(fn, calls)) / calls
+    return cuda_events(fn, calls)
+
+
+def kernels_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
+    """GPU kernels (and copies) launched per call in a steady state (:func:`steady_events`)."""
+    return len(steady_events(fn, calls)) / calls
 
 
 def kernel_ms_per_call(fn: Callable[[], Any], calls: int = 3) -> float:
-    """Milliseconds the GPU spends in kernels (and copies) per call in a steady state, their profiled durations
-    summed after ``WARMUP_CALLS`` calls: what merging changes on the device, apart from the host's time to launch
-    (which the per-call time with CUDA events includes, and which varies from run to run with the host)."""
-    for _ in range(WARMUP_CALLS):
-        fn()
-    return sum(event.time_range.elapsed_us() for event in cuda_events(fn, calls)) / calls / 1000
+    """Milliseconds the GPU spends in kernels (and copies) per call in a steady state (:func:`steady_events`), their
+    profiled durations summed: what merging changes on the device, apart from the host's time to launch (which the
+    per-call time with CUDA events includes, and which varies from run to run with the host)."""
+    return sum(event.time_range.elapsed_us() for event in steady_events(fn, calls)) / calls / 1000
 
 
 def peak_memory_bytes(fn: Callable[[], Any]) -> int:
