@@ -24,8 +24,10 @@ its kernel takes as 16-byte aligned are (``aligned``), where Inductor's check be
 (``InputAlignmentCheckedByMemberTables``), and copies one that is not, for that call. Where they change every call (a training
 step's activations and gradients can take new addresses each step), a miss rewrites the slot of the least recently
 used table: the next row of one page-locked host buffer (once the copy that last read that row is done: an event),
-then its device table, by an asynchronous copy queued behind the kernels that read the old table. Once the cache is
-full a miss allocates nothing, on the device or the host, so steady-state calls hold no memory stock's do not.
+then its device table, by an asynchronous copy queued behind the kernels that read the old table. A thread's first
+miss makes the device tables of all its slots, as rows of one block, and the page-locked rows: no later miss
+allocates, on the device or the host, so a call whose addresses are new (while the allocator's addresses settle, or
+each training step) holds no memory stock's call does not.
 
 Threads: each thread that calls a compiled graph has table slots of its own (``_ThreadSlots``), so one thread's miss
 never rewrites a table that another thread's call has looked up and not launched yet (nor two threads' misses the
@@ -78,6 +80,9 @@ _cdata = operator.attrgetter("_cdata")
 _storage_use_count = torch._C._storage_Use_Count
 
 _T = TypeVar("_T")
+
+#: The distance between two slots' tables in a thread's block of tables (``MemberTable._allocate_slots``).
+_ROW_BYTES = 64
 
 
 #: Host and device buffers a captured CUDA graph may read from at replay: never freed (a few KB per merged kernel),
@@ -409,9 +414,8 @@ class MemberTable:
                 table = _on_helper_thread(lambda: table.to(device))  # pageable memory: done when it returns
             slots.tables[slot : slot + 1] = [table]
             return
-        if slot == len(slots.tables):
-            slots.tables.append(torch.empty(len(values), dtype=torch.int64, device=device))
-            slots.streams.append(None)
+        if not slots.tables:
+            self._allocate_slots(slots, len(values), device)
         stream = torch.cuda.current_stream(device)
         if slots.streams[slot] not in (None, stream):
             stream.wait_stream(slots.streams[slot])  # its kernels that read this slot's last table
@@ -428,6 +432,15 @@ class MemberTable:
             slots.tables[slot].copy_(host, non_blocking=True)
             copied.record(stream)
         slots.streams[slot] = stream
+
+    def _allocate_slots(self, slots: _ThreadSlots, size: int, device: torch.device) -> None:
+        """Every slot of this thread's cache as a row of one device block, made on its first miss: a later miss,
+        which a call whose addresses are new makes while its own buffers are alive, allocates nothing. Rows are
+        ``_ROW_BYTES`` apart, so each table starts as aligned as the kernel declares it (16 bytes)."""
+        row = -(-size * 8 // _ROW_BYTES) * _ROW_BYTES // 8
+        block = torch.empty(self.cache_size, row, dtype=torch.int64, device=device)
+        slots.tables = list(block[:, :size].unbind(0))
+        slots.streams = [None] * self.cache_size
 
     def _addresses(self, tensors: int) -> int:
         """How many addresses the table holds for a call given ``tensors`` tensors."""
