@@ -69,13 +69,15 @@ from optimus_ir.testing.workloads import output_loss
 
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
-COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "stock / this", "GPU ms/call", "peak MiB",
-           "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "error"]
+COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "stock / this", "fastest other / this",
+           "GPU ms/call", "peak MiB", "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
            "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}
-#: calls before the timed ones and timed calls of a round, and rounds: few, so that the default run fits in about 8
-#: minutes on one H200
+#: the summary's column of optimus_ir's row: the median over passes of min(stock, combo kernels) over optimus_ir
+FASTEST_OTHER = "min(stock, combo) / optimus_ir, by pass"
+#: calls of each variant before the timed ones, timed passes of a round, and rounds (:func:`time_in_turns`): few,
+#: so that the default run fits in about 8 minutes on one H200
 WARMUP, REPEAT, ROUNDS = 3, 20, 5
 
 
@@ -192,32 +194,45 @@ def _forward(module: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def time_in_turns(calls: dict[str, tuple[Variant, Callable[[], Any]]]) -> dict[str, dict[str, Any]]:
-    """Each variant's ms per call (CUDA events around each call, the median of ``REPEAT``), timed in ``ROUNDS``
-    rounds, the order rotating each round: the host's speed drifts within a run (one variant measured 4.98 and
-    12.47 ms per call in one process), and variants timed one after another would take that drift as theirs.
-    Per variant: the median over rounds, and the median over rounds of stock's time over its own in the same
-    round. A call that compiles again while timed fails the case: the variants no longer run what was measured."""
+    """Each variant's ms per call (CUDA events around a synchronized call), the variants' calls interleaved one by
+    one: ``ROUNDS`` × ``REPEAT`` passes, each pass one call of every variant, the order rotating each pass. The
+    host's speed drifts within a run by up to 2x within seconds (``2026-12-04/host_gap/``: one variant's 20-call
+    medians 5.85 and 10.18 ms), more than a variant differs from another; a pass's calls meet the same drift.
+    Per variant: the median of its calls; the median over passes of stock's time over its own and of the fastest
+    other variant's over its own (the pass's); the medians of each round's ``REPEAT`` passes. A call that compiles
+    again while timed fails the case: the variants no longer run what was measured."""
     names = list(calls)
-    by_round: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:
+        variant, call = calls[name]
+        with variant_context(variant):
+            for _ in range(WARMUP):
+                call()
+    times: dict[str, list[float]] = {name: [] for name in names}
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for round_ in range(ROUNDS):
-        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+    for turn in range(ROUNDS * REPEAT):
+        for name in names[turn % len(names):] + names[: turn % len(names)]:
             variant, call = calls[name]
             with variant_context(variant):
-                by_round[name].append(cuda_time_ms(call, REPEAT, WARMUP))
+                times[name].append(cuda_time_ms(call, repeat=1, warmup=0))
     recompiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
     if recompiled:
         raise RuntimeError(f"{recompiled} graph(s) compiled while timing the variants in turns")
+
+    def over(others: list[str], name: str) -> float | None:
+        if not others:
+            return None
+        return statistics.median(min(times[o][i] for o in others) / t for i, t in enumerate(times[name]))
+
     return {
         name: {
-            "ms/call": statistics.median(times),
-            "stock / this": (
-                statistics.median(s / t for s, t in zip(by_round["stock"], times, strict=True))
-                if "stock" in by_round else None
+            "ms/call": statistics.median(own),
+            "stock / this": over(["stock"] if "stock" in times else [], name),
+            "fastest other / this": over([o for o in names if o != name], name),
+            "ms/call by round": " ".join(
+                f"{statistics.median(own[i : i + REPEAT]):.3f}" for i in range(0, len(own), REPEAT)
             ),
-            "ms/call by round": " ".join(f"{ms:.3f}" for ms in times),
         }
-        for name, times in by_round.items()
+        for name, own in times.items()
     }
 
 
@@ -275,7 +290,7 @@ def run(models: list[RealModel], modes: list[str], out: Path) -> bool:
             rows += measure_case(model, mode, start)
             write_results(out, "real_models", meta, rows, COLUMNS, echo=False)
     write_results(out, "real_models", meta, rows, COLUMNS)
-    write_results(out, "real_models_summary", meta, summary_rows(rows), ["model/mode", *SUMMARY])
+    write_results(out, "real_models_summary", meta, summary_rows(rows), ["model/mode", *SUMMARY, FASTEST_OTHER])
     failed = [row for row in rows if "error" in row]
     for row in failed:
         print(f"FAILED {row['model']}/{row['mode']} {row['variant']}: {row['error'][:150]}")
@@ -285,7 +300,8 @@ def run(models: list[RealModel], modes: list[str], out: Path) -> bool:
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per model and mode: kernels, ms and peak MiB of stock / combo_kernels / optimus_ir in one cell
-    each ("error" for a failed variant, "-" for one not measured)."""
+    each ("error" for a failed variant, "-" for one not measured), and optimus_ir's time against the faster of the
+    others call by call (:data:`FASTEST_OTHER`)."""
     cases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
         cases.setdefault((row["model"], row["mode"]), {})[row["variant"]] = row
@@ -293,6 +309,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {"model/mode": f"{model}/{mode}"}
         | {title: " / ".join(_cell(variants.get(v.name), column) for v in SUITE_VARIANTS)
            for title, column in SUMMARY.items()}
+        | {FASTEST_OTHER: _cell(variants.get("optimus_ir"), "fastest other / this")}
         for (model, mode), variants in cases.items()
     ]
 

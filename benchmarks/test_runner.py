@@ -5,6 +5,7 @@ tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``.""
 
 import argparse
 import json
+import statistics
 from unittest import mock
 
 import pytest
@@ -198,15 +199,44 @@ def test_real_summary_has_the_three_variants_in_one_cell():
 
     rows = [row("stock", **{"kernels/call": 10.0, "ms/call": 1.5, "GPU ms/call": 0.5, "peak MiB": 2.0}),
             row("combo_kernels", error="E"),
-            row("optimus_ir", **{"kernels/call": 4.0, "ms/call": 1.25, "GPU ms/call": 0.25, "peak MiB": 2.0}),
+            row("optimus_ir", **{"kernels/call": 4.0, "ms/call": 1.25, "GPU ms/call": 0.25, "peak MiB": 2.0,
+                                 "fastest other / this": 1.2}),
             {"model": "n", "mode": "inference", "variant": "eager", "error": "ImportError"}]
     kernels, ms, gpu_ms, peak = real_models.SUMMARY
+    fastest = real_models.FASTEST_OTHER
     assert real_models.summary_rows(rows) == [
         {"model/mode": "m/training", kernels: "10 / error / 4", ms: "1.5 / error / 1.25",
-         gpu_ms: "0.5 / error / 0.25", peak: "2 / error / 2"},
+         gpu_ms: "0.5 / error / 0.25", peak: "2 / error / 2", fastest: "1.2"},
         {"model/mode": "n/inference", kernels: "- / - / -", ms: "- / - / -", gpu_ms: "- / - / -",
-         peak: "- / - / -"},
+         peak: "- / - / -", fastest: "-"},
     ]
+
+
+def test_real_timing_interleaves_the_variants_call_by_call_and_compares_within_a_pass(monkeypatch):
+    """Each pass times one call of every variant, the order rotating; a variant's ratio to the others is taken
+    pass by pass, so that a drift of the host's speed between passes cancels."""
+    log = []
+    ms = {"stock": iter([2.0, 4.0, 2.0, 4.0]), "combo_kernels": iter([1.0, 3.0, 1.0, 3.0]),
+          "optimus_ir": iter([1.1, 2.8, 1.1, 2.8])}
+    monkeypatch.setattr(real_models, "cuda_time_ms", lambda call, repeat, warmup: call())
+    monkeypatch.setattr(real_models, "WARMUP", 1)
+    monkeypatch.setattr(real_models, "REPEAT", 2)
+    monkeypatch.setattr(real_models, "ROUNDS", 2)
+
+    def call_of(name):
+        def call():
+            log.append(name)
+            return next(ms[name]) if len(log) > 3 else None
+
+        return (measure.VARIANTS[1], call)
+
+    times = real_models.time_in_turns({name: call_of(name) for name in ms})
+    assert log[:3] == ["stock", "combo_kernels", "optimus_ir"]  # the warm-up
+    assert log[3:9] == ["stock", "combo_kernels", "optimus_ir", "combo_kernels", "optimus_ir", "stock"]
+    ours = times["optimus_ir"]
+    assert ours["ms/call"] == pytest.approx(1.95) and ours["ms/call by round"] == "1.950 1.950"
+    assert ours["stock / this"] == pytest.approx(statistics.median([2 / 1.1, 4 / 2.8] * 2))
+    assert ours["fastest other / this"] == pytest.approx(statistics.median([1 / 1.1, 3 / 2.8] * 2))
 
 
 def test_real_run_writes_rows_and_summary_and_fails_on_an_error_row(tmp_path, monkeypatch):
@@ -217,7 +247,7 @@ def test_real_run_writes_rows_and_summary_and_fails_on_an_error_row(tmp_path, mo
     assert not real_models.run(real_models.select("issue30", ["dlrm-26"]), list(real_models.MODES), tmp_path)
     assert len(json.loads((tmp_path / "real_models.json").read_text())["rows"]) == 2
     summary_table = (tmp_path / "real_models_summary.md").read_text()
-    assert "| dlrm-26/inference | 3 / - / - | 1 / - / - | 0.5 / - / - | 2 / - / - |" in summary_table
+    assert "| dlrm-26/inference | 3 / - / - | 1 / - / - | 0.5 / - / - | 2 / - / - | - |" in summary_table
 
 
 def test_real_codegen_only_reports_launches_and_goes_on_past_a_failure(capsys):
