@@ -51,6 +51,7 @@ from benchmarks.measure import (
     VARIANTS,
     Variant,
     cold_compile,
+    counting_table_writes,
     cuda_time_ms,
     header,
     kernel_ms_per_call,
@@ -70,7 +71,7 @@ from optimus_ir.testing.workloads import output_loss
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
 COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "stock / this", "fastest other / this",
-           "GPU ms/call", "peak MiB", "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "error"]
+           "GPU ms/call", "peak MiB", "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "table writes/call timed", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
            "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}
@@ -199,7 +200,8 @@ def time_in_turns(calls: dict[str, tuple[Variant, Callable[[], Any]]]) -> dict[s
     host's speed drifts within a run by up to 2x within seconds (``2026-12-04/host_gap/``: one variant's 20-call
     medians 5.85 and 10.18 ms), more than a variant differs from another; a pass's calls meet the same drift.
     Per variant: the median of its calls; the median over passes of stock's time over its own and of the fastest
-    other variant's over its own (the pass's); the medians of each round's ``REPEAT`` passes. A call that compiles
+    other variant's over its own (the pass's); the medians of each round's ``REPEAT`` passes; the member tables
+    written per timed call (a call whose addresses miss a table's cache copies one). A call that compiles
     again while timed fails the case: the variants no longer run what was measured."""
     names = list(calls)
     for name in names:
@@ -208,12 +210,16 @@ def time_in_turns(calls: dict[str, tuple[Variant, Callable[[], Any]]]) -> dict[s
             for _ in range(WARMUP):
                 call()
     times: dict[str, list[float]] = {name: [] for name in names}
+    writes = dict.fromkeys(names, 0)
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for turn in range(ROUNDS * REPEAT):
-        for name in names[turn % len(names):] + names[: turn % len(names)]:
-            variant, call = calls[name]
-            with variant_context(variant):
-                times[name].append(cuda_time_ms(call, repeat=1, warmup=0))
+    with counting_table_writes() as written:
+        for turn in range(ROUNDS * REPEAT):
+            for name in names[turn % len(names):] + names[: turn % len(names)]:
+                variant, call = calls[name]
+                before = written.call_count
+                with variant_context(variant):
+                    times[name].append(cuda_time_ms(call, repeat=1, warmup=0))
+                writes[name] += written.call_count - before
     recompiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
     if recompiled:
         raise RuntimeError(f"{recompiled} graph(s) compiled while timing the variants in turns")
@@ -231,6 +237,7 @@ def time_in_turns(calls: dict[str, tuple[Variant, Callable[[], Any]]]) -> dict[s
             "ms/call by round": " ".join(
                 f"{statistics.median(own[i : i + REPEAT]):.3f}" for i in range(0, len(own), REPEAT)
             ),
+            "table writes/call timed": writes[name] / len(own),
         }
         for name, own in times.items()
     }

@@ -13,6 +13,7 @@ import torch
 
 from benchmarks import measure, per_call, real_models, suite, summary
 from benchmarks.real_zoo import RealModel
+from optimus_ir.runtime import MemberTable
 from optimus_ir.testing.workloads import WORKLOADS
 
 
@@ -223,9 +224,14 @@ def test_real_timing_interleaves_the_variants_call_by_call_and_compares_within_a
     monkeypatch.setattr(real_models, "REPEAT", 2)
     monkeypatch.setattr(real_models, "ROUNDS", 2)
 
+    table, kept = MemberTable([0], [1], 1), []
+
     def call_of(name):
         def call():
             log.append(name)
+            if name == "optimus_ir":  # new addresses each call: a table written each call
+                kept.append(torch.zeros(1))
+                table(kept[-1])
             return next(ms[name]) if len(log) > 3 else None
 
         return (measure.VARIANTS[1], call)
@@ -237,6 +243,7 @@ def test_real_timing_interleaves_the_variants_call_by_call_and_compares_within_a
     assert ours["ms/call"] == pytest.approx(1.95) and ours["ms/call by round"] == "1.950 1.950"
     assert ours["stock / this"] == pytest.approx(statistics.median([2 / 1.1, 4 / 2.8] * 2))
     assert ours["fastest other / this"] == pytest.approx(statistics.median([1 / 1.1, 3 / 2.8] * 2))
+    assert ours["table writes/call timed"] == 1 and times["stock"]["table writes/call timed"] == 0
 
 
 def test_real_run_writes_rows_and_summary_and_fails_on_an_error_row(tmp_path, monkeypatch):
