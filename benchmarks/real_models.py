@@ -71,7 +71,8 @@ from optimus_ir.testing.workloads import output_loss
 MODES = ("inference", "training")
 SUITE_VARIANTS = [v for v in VARIANTS if v.name in ("stock", "combo_kernels", "optimus_ir")]
 COLUMNS = ["model", "mode", "variant", "kernels/call", "ms/call", "stock / this", "fastest other / this",
-           "GPU ms/call", "peak MiB", "first call s", "max rel err", "vs stock", "rules fired", "rules rejected", "ms/call by round", "table writes/call timed", "error"]
+           "GPU ms/call", "peak MiB", "first call s", "max rel err", "vs stock", "rules fired", "rules rejected",
+           "ms/call by round", "table writes/call timed", "error"]
 #: the summary's columns: each cell is stock / combo_kernels / optimus_ir of a row's column
 SUMMARY = {"kernels: stock / combo / optimus_ir": "kernels/call", "ms: stock / combo / optimus_ir": "ms/call",
            "GPU ms: stock / combo / optimus_ir": "GPU ms/call", "peak MiB: stock / combo / optimus_ir": "peak MiB"}

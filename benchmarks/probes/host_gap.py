@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         row["convolution inputs (contig, channels_last, align, w contig, w align): calls"] = "; ".join(
             f"{k}: {n}" for k, n in sorted(convs[v].items()))
         rows.append(row)
-    write_results(args.out, f"host_gap_{name}_{mode}", header("python -m benchmarks host-gap " + " ".join(sys.argv[1:])),
-                  rows, list(rows[0]))
+    command = "python -m benchmarks host-gap " + " ".join(sys.argv[1:])
+    write_results(args.out, f"host_gap_{name}_{mode}", header(command), rows, list(rows[0]))
 
 
 if __name__ == "__main__":
