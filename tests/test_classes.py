@@ -3,6 +3,7 @@ numerics against eager through Triton's interpreter, and the fallbacks."""
 
 import dataclasses
 import itertools
+import re
 from types import SimpleNamespace
 from unittest import mock
 
@@ -295,3 +296,23 @@ def test_classes_whose_kernels_are_of_two_kinds_are_one_kernel_per_kind():
     assert sum("@triton_heuristics.reduction(" in k.source and "xtable1" in k.source for k in report.kernels) == 1
     assert any("made as 2 kernels, one per kind" in r.detail and not r.fired for r in records)
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def scans_and_a_sum(a, b, c):
+    return torch.cumsum(a, 1), torch.cumsum(b * 2, 1), c.sum(1)
+
+
+def test_classes_whose_kernels_have_helper_functions_keep_each_its_own():
+    """A scan's kernel has a helper function (its combine function), named by Inductor per kernel: two classes'
+    helpers can share a name (both scans' ``_triton_helper_fn_add0``). Each class keeps its own, renamed for it."""
+    inputs = [torch.randn(64, 128) for _ in range(3)]
+    report = compile_report(scans_and_a_sum, inputs, passes="horizontal")
+    assert len(report.launches) == 1
+    (merge,) = _class_merges(report.rewrites)
+    assert "3 kernels of 3 bodies → one kernel" in merge.detail
+    (kernel,) = report.kernels
+    for k in (0, 1):
+        assert kernel.source.count(f"def _triton_helper_fn_add0_class{k}(") == 1
+        assert re.search(rf"tl\.associative_scan\(\(tmp\d+,\), 1, _triton_helper_fn_add0_class{k}\)", kernel.source)
+    actual, expected, _ = _interpreted(scans_and_a_sum, inputs)
+    torch.testing.assert_close(actual, expected)

@@ -21,12 +21,15 @@ its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the
 the block of rows the heuristics pick suits every class. Classes of looped row reductions loop over their rows with
 the launch's ``R0_BLOCK``, which the dispatch kernel (a ``reduction``) passes to each. A pointwise class kept in
 its 2-d tiles takes each block as one tile, its ``YBLOCK`` and ``XBLOCK`` passed from the launch's block
-(``class_1(..., xpid - 8192 // XBLOCK, 32, XBLOCK // 32)``).
+(``class_1(..., xpid - 8192 // XBLOCK, 32, XBLOCK // 32)``). A class's helper functions (a scan's combine
+function) come before the classes, renamed for their class (``_triton_helper_fn_add0_class1``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from typing import Any
 
 import torch
@@ -40,6 +43,8 @@ from optimus_ir.scheduler_hooks.horizontal.structure import LOOPED, PERSISTENT, 
 from optimus_ir.scheduler_hooks.horizontal.tuning import CLASS_TILE_ROWS
 
 _JIT = "@triton.jit\ndef "
+#: the name of a helper function Inductor writes before a kernel (``HelperFunctions.add``: a base name and a number)
+_HELPER = re.compile(r"\b_triton_helper_fn\w*")
 #: Inductor's heuristics for a dispatch kernel of row reductions of each kind
 _HEURISTICS = {PERSISTENT: "persistent_reduction", LOOPED: "reduction"}
 #: the inductor meta's switches of autotuning
@@ -53,11 +58,13 @@ def dispatch_source(
     (:func:`kind_of`), of sources ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`);
     ``meta``: its :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel
     takes an argument other than its tensors, its numel and its block size."""
-    preludes = {source.partition("@triton_heuristics.")[0] for source in sources}
-    if len(preludes) != 1:
-        raise NotImplementedError("classes with helper functions of their own")
+    parts = [_with_own_helpers(source, k) for k, source in enumerate(sources)]
+    imports = {imports for imports, _, _ in parts}
+    if len(imports) != 1:
+        raise NotImplementedError("classes whose kernels import different modules")
+    helpers = "".join(helper for _, helper, _ in parts)
     functions, calls, start = [], [], 0
-    for k, (kernel, source) in enumerate(zip(kernels, sources)):
+    for k, (kernel, (_, _, source)) in enumerate(zip(kernels, parts)):
         definition = _class_function(source, f"class_{k}")
         functions.append(definition)
         pid = f"{CLASS_PID} - {start} // XBLOCK" if start else CLASS_PID
@@ -91,7 +98,7 @@ def dispatch_source(
     blocks = "XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr" if kind == LOOPED else "XBLOCK : tl.constexpr"
     header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, {numels}, {blocks}):\n"
     body = f"    {CLASS_PID} = tl.program_id(0)\n{''.join(calls)}"
-    return preludes.pop() + "\n\n".join(functions) + "\n\n" + heuristics + header + body
+    return imports.pop() + helpers + "\n\n".join(functions) + "\n\n" + heuristics + header + body
 
 
 def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
@@ -164,6 +171,16 @@ def _row_size_hint(kernels: list[MemberTableKernel]) -> int:
     """The longest class row's size hint (a power of two): the heuristics then pick blocks of rows that keep the
     longest class's blocks within the registers Inductor allows one block, and smaller classes' within it too."""
     return next_power_of_2(max(s.rnumel for kernel in kernels for s in kernel.structures))
+
+
+def _with_own_helpers(source: str, k: int) -> tuple[str, str, str]:
+    """A class's kernel source as Inductor's imports, its helper functions (a scan's combine function) and its
+    kernel, each helper renamed for class ``k`` in both: Inductor numbers the helpers of each kernel from 0, so two
+    classes' helpers can share a name."""
+    prelude, heuristics, kernel = source.partition("@triton_heuristics.")
+    imports, jit, helpers = prelude.partition(_JIT)
+    own = functools.partial(_HELPER.sub, lambda name: f"{name.group(0)}_class{k}")
+    return imports, own(jit + helpers), own(heuristics + kernel)
 
 
 def _class_function(source: str, function: str) -> str:
