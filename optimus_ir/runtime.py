@@ -78,6 +78,8 @@ _untyped_storage = torch.Tensor.untyped_storage
 _use_count = torch.Tensor._use_count
 _cdata = operator.attrgetter("_cdata")
 _storage_use_count = torch._C._storage_Use_Count
+#: ``torch.cuda.is_current_stream_capturing`` without its Python frame (only ever called for CUDA tables)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", lambda: False)
 
 _T = TypeVar("_T")
 
@@ -336,6 +338,8 @@ class MemberTable:
         self._lock = threading.Lock()
         self._captured: dict[tuple[object, ...], torch.Tensor] = {}
         self._unused_capture_buffers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        #: the tables are on a CUDA device (known from the first call, a miss): a call may be captured in a graph
+        self._on_cuda = False
 
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
         return MemberTableLayout.constant(self.pad_to, starts, numels, self.values)
@@ -349,30 +353,41 @@ class MemberTable:
         checks nothing: the same addresses passed before). One that is not aligned is copied to memory that is, as
         Inductor's check before the call would have (``copy_misaligned_inputs``); such a table is made for this
         call only, and the copies live as long as the table returned (the wrapper's ``del`` after the launch)."""
-        device = tensors[0].device
-        key = (device, numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
-        if device.type == "cuda":
-            if self._unused_capture_buffers is None:
-                with self._lock:
-                    if self._unused_capture_buffers is None:
-                        size = len(self._constant_for(numels)) + self._addresses(len(tensors))
-                        self._make_capture_buffers(device, size)
-            if torch.cuda.is_current_stream_capturing():
-                with self._lock:
-                    return self._for_capture(key, tensors)
+        key = (numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
+        if self._on_cuda and _capturing():
+            return self._for_capture_locked(key, tensors)
         slots = self._slots
         slot = slots.recent.get(key)
         if slot is not None:
             slots.recent.move_to_end(key)
             return slots.tables[slot]
+        return self._missed(slots, key, tensors)
+
+    def _missed(self, slots: _ThreadSlots, key: tuple[object, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The table for a call whose addresses this thread's cache does not hold (a thread's first call among
+        them: where the table's device, and on CUDA the capture buffers, are first known)."""
+        device = tensors[0].device
+        if device.type == "cuda":
+            if self._unused_capture_buffers is None:
+                with self._lock:
+                    if self._unused_capture_buffers is None:
+                        size = len(self._constant_for(key[0])) + self._addresses(len(tensors))
+                        self._make_capture_buffers(device, size)
+            self._on_cuda = True
+            if _capturing():
+                return self._for_capture_locked(key, tensors)
         copies = self._aligned_copies(tensors, key)
-        addresses = key[2:] if copies is None else tuple(map(_data_ptr, copies))
+        addresses = key[1:] if copies is None else tuple(map(_data_ptr, copies))
         slot = self._free_slot(slots)
-        self._write(slots, slot, [*self._constant_for(numels), *self._shifted(addresses)], device)
+        self._write(slots, slot, [*self._constant_for(key[0]), *self._shifted(addresses)], device)
         if copies is not None:  # this call's alone: not cached
             return self._holding(slots.tables[slot], copies)
         slots.recent[key] = slot
         return slots.tables[slot]
+
+    def _for_capture_locked(self, key: tuple[object, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        with self._lock:
+            return self._for_capture(key, tensors)
 
     def _free_slot(self, slots: _ThreadSlots) -> int:
         """A slot for a new table: the next unused one, else the least recently used one's (forgotten)."""
@@ -383,7 +398,7 @@ class MemberTable:
     def _aligned_copies(self, tensors: tuple[torch.Tensor, ...], key: tuple[object, ...]) -> list[torch.Tensor] | None:
         """``tensors`` with each ``aligned`` one whose address is not aligned replaced by an aligned copy; None
         where all are aligned."""
-        misaligned = [i for i in self.aligned if key[2 + i] % ALIGNMENT]
+        misaligned = [i for i in self.aligned if key[1 + i] % ALIGNMENT]
         if not misaligned:
             return None
         copies = list(tensors)
@@ -473,10 +488,10 @@ class MemberTable:
         table = self._captured.get(key) if copies is None else None
         if table is not None:
             return table
-        addresses = key[2:] if copies is None else tuple(map(_data_ptr, copies))
-        constant = self._constant_for(key[1])
+        addresses = key[1:] if copies is None else tuple(map(_data_ptr, copies))
+        constant = self._constant_for(key[0])
         if not self._unused_capture_buffers and self.outside_graph_pools:
-            self._make_capture_buffers(key[0], len(constant) + self._addresses(len(key) - 2), count=1)
+            self._make_capture_buffers(tensors[0].device, len(constant) + self._addresses(len(key) - 1), count=1)
         if not self._unused_capture_buffers:
             raise RuntimeError(
                 f"optimus_ir: more than {self.capture_buffers} CUDA graphs captured with different addresses for one "

@@ -1161,12 +1161,12 @@ def test_a_table_made_while_a_graph_is_captured_is_filled_outside_the_graph(rela
         mock.patch.object(torch.cuda, "stream", return_value=contextlib.nullcontext()),
         mock.patch.object(torch.Tensor, "copy_", copy_),
     ):
-        filled = table._for_capture((torch.device("cpu"), None, 7, 9), ())
+        filled = table._for_capture((None, 7, 9), ())
     assert filled is device and device.tolist() == [0, 1024, 10, 20, 7, 9]
     host_row = ("MainThread", False)
     expected = ("optimus_ir-member-table", False) if relaxed else ("MainThread", True)
     assert copies == [host_row, expected]
-    assert table._for_capture((torch.device("cpu"), None, 7, 9), ()) is filled  # the same addresses: the same table
+    assert table._for_capture((None, 7, 9), ()) is filled  # the same addresses: the same table
 
 
 def test_a_table_captured_with_a_misaligned_input_belongs_to_that_capture_alone():
@@ -1177,7 +1177,7 @@ def test_a_table_captured_with_a_misaligned_input_belongs_to_that_capture_alone(
     misaligned = storage[1:11]
     table._unused_capture_buffers = [(torch.zeros(6, dtype=torch.int64), torch.zeros(6, dtype=torch.int64))
                                      for _ in range(2)]
-    key = (torch.device("cpu"), None, aligned.data_ptr(), misaligned.data_ptr())
+    key = (None, aligned.data_ptr(), misaligned.data_ptr())
     with mock.patch.object(runtime, "_copy_outside_capture", lambda table, host: table.copy_(host) is not None):
         first = table._for_capture(key, (aligned, misaligned))
         second = table._for_capture(key, (aligned, misaligned))
