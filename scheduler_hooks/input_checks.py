@@ -116,7 +116,8 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
         inputs_to_check = []
         table = MemberTable(starts, numels, 4, aligned=[0, 1, 2, 3])
 
-    Only inputs that no other kernel reads (stock's kernels take them as aligned) and that the graph does not
+    Only inputs that no other kernel reads (stock's kernels take them as aligned, and so does a merged kernel that
+    takes a class's one member's tensors: ``MemberTableGroup.direct``) and that the graph does not
     update in place (Inductor copies a misaligned one back after the call). Where a merged kernel falls back to
     stock kernels at code generation, its inputs are checked by Inductor again
     (:func:`~optimus_ir.scheduler_hooks.alignment_in_tables.check_alignment_again`).
@@ -138,10 +139,13 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
             for name in OrderedSet(dep.name for dep in node.read_writes.reads):
                 if name in index and index[name] in checked:
                     readers[name].append(node)
-        in_tables = [name for name, of in readers.items() if any(isinstance(node, TableGroup) for node in of)]
+        def through_table(node: Any, name: str) -> bool:
+            return isinstance(node, TableGroup) and name in node.read_through_tables()
+
+        in_tables = [name for name, of in readers.items() if any(through_table(node, name) for node in of)]
         moved = [
             name for name in in_tables
-            if name not in V.graph.mutated_inputs and all(isinstance(node, TableGroup) for node in readers[name])
+            if name not in V.graph.mutated_inputs and all(through_table(node, name) for node in readers[name])
         ]
         if len(moved) < len(in_tables):
             kept = [name for name in in_tables if name not in moved]

@@ -68,6 +68,12 @@ def test_a_kernel_no_other_one_shares_a_body_with_is_a_class_of_one():
     report = compile_report(fn, inputs, passes="horizontal")
     assert len(report.launches) == 1
     assert "3 kernels of 3 bodies" in _class_merges(report.rewrites)[0].detail
+    # a class of one member is given its tensors, as Inductor's kernel is: no table to look up on each call, and
+    # its inputs' alignment is Inductor's to check
+    (kernel,) = report.kernels
+    assert "in_ptr0_class0, out_ptr0_class0, in_ptr0_class1" in kernel.source and "xtable" not in kernel.source
+    assert "MemberTable" not in report.wrapper and "tensors_of" not in report.wrapper
+    assert not [r for r in report.rewrites if r.rule == "InputAlignmentCheckedByMemberTables" and r.fired]
     actual, expected, _ = _interpreted(fn, inputs)
     torch.testing.assert_close(actual, expected)
 

@@ -64,8 +64,8 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
     allocated), where the caching allocator counts the one allocation as no more than the separate ones
     (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block, 15 MiB together a
     segment of 16 MiB counted whole)."""
-    if structures[0].numel_expr is not None or buffers.cudagraph_trees():
-        return {}
+    if len(members) < 2 or structures[0].numel_expr is not None or buffers.cudagraph_trees():
+        return {}  # (one member: its buffer is the allocation)
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
     allocations = {}

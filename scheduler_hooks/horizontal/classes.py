@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.utils._ordered_set import OrderedSet
+
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal import dispatch
 from optimus_ir.scheduler_hooks.horizontal.group import (
@@ -52,6 +54,9 @@ class ClassesGroup(TableGroup):
             for slot, allocation in group.one_allocations.items()
         }
         self.takes_over = {output: saved for group in classes for output, saved in group.takes_over.items()}
+
+    def read_through_tables(self) -> OrderedSet[str]:
+        return OrderedSet(name for group in self.classes if not group.direct for name in group.read_through_tables())
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_classes(backend, self)

@@ -14,7 +14,9 @@ class's member-table kernel becomes a device function, and one kernel sends each
         elif xpid < 12288 // XBLOCK:
             class_1(xtable1, xtable1, xtable1, xnumel, xpid - 8192 // XBLOCK, XBLOCK)
 
-The code grows with the classes, not with their members. Every class starts its members at multiples of one
+A class of one member (``direct``) is given that member's tensors, as Inductor's kernel is, not a table: a table is
+looked up by its tensors' addresses on every call, which costs the host more than passing them
+(``class_0(in_ptr0_class0, out_ptr0_class0, ...)``). The code grows with the classes, not with their members. Every class starts its members at multiples of one
 alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
 reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in
 its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the row is the longest class's, so that
@@ -37,7 +39,9 @@ from torch._inductor.runtime import triton_heuristics
 from torch._inductor.runtime.hints import ReductionHint
 from torch._inductor.runtime.runtime_utils import next_power_of_2
 from torch._inductor.utils import Placeholder
+from torch.utils._ordered_set import OrderedSet
 
+from optimus_ir.scheduler_hooks.horizontal.allocation import RegionsOfAllocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import CLASS_PID, MemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import LOOPED, PERSISTENT, POINTWISE
 from optimus_ir.scheduler_hooks.horizontal.tuning import CLASS_TILE_ROWS
@@ -68,11 +72,11 @@ def dispatch_source(
         definition = _class_function(source, f"class_{k}")
         functions.append(definition)
         pid = f"{CLASS_PID} - {start} // XBLOCK" if start else CLASS_PID
-        arguments = _call_arguments(kernel, definition, f"xtable{k}", pid)
+        arguments = _call_arguments(kernel, definition, k, pid)
         keyword = "if" if k == 0 else "elif"
         start += kernel.total
         calls.append(f"    {keyword} {CLASS_PID} < {start} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
-    tables = [f"xtable{k}" for k in range(len(kernels))]
+    parameters = [name for k, kernel in enumerate(kernels) for name in _tensor_parameters(kernel, k)]
     if kind == POINTWISE:
         heuristics = (
             "@triton_heuristics.pointwise(\n"
@@ -96,24 +100,30 @@ def dispatch_source(
         )
     numels = "xnumel" if kind == POINTWISE else "xnumel, r0_numel"
     blocks = "XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr" if kind == LOOPED else "XBLOCK : tl.constexpr"
-    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(tables)}, {numels}, {blocks}):\n"
+    header = f"{_JIT}{Placeholder.KERNEL_NAME}({', '.join(parameters)}, {numels}, {blocks}):\n"
     body = f"    {CLASS_PID} = tl.program_id(0)\n{''.join(calls)}"
     return imports.pop() + helpers + "\n\n".join(functions) + "\n\n" + heuristics + header + body
 
 
 def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
-    """Class 0's, for the dispatch kernel's arguments: a table (16-byte aligned, as torch allocates) per class and
-    the blocks of all classes end to end."""
+    """Class 0's, for the dispatch kernel's arguments: a table (16-byte aligned, as torch allocates) per class, or a
+    ``direct`` class's tensors (aligned where Inductor takes them so), and the blocks of all classes end to end."""
     meta = copy.deepcopy(kernels[0].triton_meta)
     total = sum(kernel.total for kernel in kernels)
+    tensors = {
+        name: (kind, aligned)
+        for k, kernel in enumerate(kernels)
+        for name, (kind, aligned) in zip(_tensor_parameters(kernel, k), _tensor_kinds(kernel))
+    }
     meta["signature"] = {
-        **{f"xtable{k}": "*i64" for k in range(len(kernels))},
+        **{name: kind for name, (kind, _) in tensors.items()},
         "xnumel": "i32" if total < 2**31 else "i64",
         **({} if kind == POINTWISE else {"r0_numel": "i32"}),
         "XBLOCK": "constexpr",
         **({"R0_BLOCK": "constexpr"} if kind == LOOPED else {}),
     }
-    aligned = list(range(len(kernels))) + ([len(kernels)] if total % 16 == 0 else [])
+    aligned = [i for i, (_, is_aligned) in enumerate(tensors.values()) if is_aligned]
+    aligned += [len(tensors)] if total % 16 == 0 else []
     meta["configs"] = [{(i,): [["tt.divisibility", 16]] for i in aligned}]
     meta["constants"] = {}
     return meta
@@ -139,21 +149,36 @@ def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
 def launch(
     name: str, kernels: list[MemberTableKernel], kind: str, meta: tuple[dict[str, Any], dict[str, Any]]
 ) -> None:
-    """The wrapper's lines for one call of dispatch kernel ``name``: each class's table, the launch over all
-    classes' blocks, and the tables' release. ``meta``: the dispatch kernel's triton and inductor meta."""
+    """The wrapper's lines for one call of dispatch kernel ``name``: each class's table (a ``direct`` class's
+    tensors, made tensors where they are regions of one allocation), the launch over all classes' blocks, and the
+    tables' release. ``meta``: the dispatch kernel's triton and inductor meta."""
     from torch._inductor.virtualized import V
 
     wrapper = V.graph.wrapper_code
     wrapper.write_triton_header_once()
-    tables, totals = zip(*(kernel.write_table(name) for kernel in kernels))
+    arguments, types, tables, totals = [], [], [], []
+    for kernel in kernels:
+        if kernel.direct:
+            given = kernel.direct_arguments()
+            RegionsOfAllocations.of(wrapper).make_tensors(OrderedSet(outer for _, outer, _, _, _ in given))
+            arguments += [outer for _, outer, _, _, _ in given]
+            types += [dtype for _, _, _, dtype, _ in given]
+            totals.append(kernel.total)
+            continue
+        table, total = kernel.write_table(name)
+        arguments.append(table)
+        types.append(torch.int64)
+        tables.append(table)
+        totals.append(total)
     numels = [" + ".join(str(t) for t in totals)]
     if kind != POINTWISE:  # (each class sets its own row length)
         numels.append(str(max(s.rnumel for kernel in kernels for s in kernel.structures)))
     wrapper.generate_kernel_call(
-        name, [*tables, *numels], triton=True, arg_types=[torch.int64] * len(tables) + [int] * len(numels),
+        name, [*arguments, *numels], triton=True, arg_types=[*types] + [int] * len(numels),
         triton_meta=meta[0], inductor_meta=meta[1],
     )
-    wrapper.writeline(f"del {', '.join(tables)}")
+    if tables:
+        wrapper.writeline(f"del {', '.join(tables)}")
 
 
 def kind_of(kernel: MemberTableKernel) -> str:
@@ -195,11 +220,28 @@ def _class_function(source: str, function: str) -> str:
     return f"{_JIT}{function}({', '.join(names)}):\n{body}"
 
 
-def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid: str) -> list[str]:
-    """What the dispatch kernel passes for each argument of a class's function (``definition``): the class's table
-    for each tensor, the dispatch kernel's numel (the class's own is read from its table or written in its code),
-    the class's block index and the block size."""
-    tensors = {name for name, _ in kernel.tensor_args_of_table()}
+def _tensor_parameters(kernel: MemberTableKernel, k: int) -> list[str]:
+    """The dispatch kernel's parameters for class ``k``'s tensors: its table, or a ``direct`` class's tensors."""
+    if kernel.direct:
+        return [f"{name}_class{k}" for name, _, _, _, _ in kernel.direct_arguments()]
+    return [f"xtable{k}"]
+
+
+def _tensor_kinds(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
+    """The signature type of each of :func:`_tensor_parameters` and whether it is 16-byte aligned."""
+    if kernel.direct:
+        return [(kind, aligned) for _, _, kind, _, aligned in kernel.direct_arguments()]
+    return [("*i64", True)]
+
+
+def _call_arguments(kernel: MemberTableKernel, definition: str, k: int, pid: str) -> list[str]:
+    """What the dispatch kernel passes for each argument of class ``k``'s function (``definition``): the class's
+    table for each tensor (a ``direct`` class: the tensor), the dispatch kernel's numel (the class's own is read
+    from its table or written in its code), the class's block index and the block size."""
+    if kernel.direct:
+        tensors = {name: f"{name}_class{k}" for name, _, _, _, _ in kernel.direct_arguments()}
+    else:
+        tensors = {name: f"xtable{k}" for name, _ in kernel.tensor_args_of_table()}
     signature = definition[len(_JIT):].partition("):\n")[0].partition("(")[2]
     # a class in 2-d tiles takes each block as one tile (its own numels are constants of its code)
     width = kernel.narrow_width
@@ -210,7 +252,7 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, table: str, pid:
     arguments = []
     for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
         if name in tensors:
-            arguments.append(table)
+            arguments.append(tensors[name])
         elif kernel.class_tiles and name in tile:
             arguments.append(tile[name])
         elif name in ("xnumel", "r0_numel", "XBLOCK", "R0_BLOCK"):

@@ -15,6 +15,7 @@ import sympy
 from torch._inductor import config
 from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir import index_math, segment_sum
 from optimus_ir.loop_body import replay
@@ -38,6 +39,10 @@ class TableGroup(GroupKernelNode):
     #: by output: the saved tensor it is written over where the call alone holds that tensor
     takes_over: dict[str, str]
 
+    def read_through_tables(self) -> OrderedSet[str]:
+        """The buffers its kernel reads through a member table (:class:`~optimus_ir.runtime.MemberTable`)."""
+        raise NotImplementedError
+
 
 class MemberTableGroup(TableGroup):
     """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
@@ -51,6 +56,15 @@ class MemberTableGroup(TableGroup):
         #: the 2-d tiles of Inductor's kernel where every member has the same ones (and the same divisors): the
         #: kernel keeps them, its members one after another along y (:class:`MemberTableKernel`)
         self.tiles = None if reduction else common_tiles(members, structures)
+
+    @property
+    def direct(self) -> bool:
+        """As a class of a kernel of several bodies, its kernel takes its member's tensors, not a table: one member
+        of static sizes (:mod:`.dispatch`)."""
+        return len(self.members) == 1 and self.structures[0].numel_expr is None
+
+    def read_through_tables(self) -> OrderedSet[str]:
+        return OrderedSet(dep.name for member in self.members for dep in member.read_writes.reads)
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_member_table_group(backend, self)
@@ -133,7 +147,7 @@ def group_kernel(
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
             reduction=group.reduction, call_site=rep.get_first_name(), member_values={**divisors, **sizes},
-            placement=placement, tiles=tiles,
+            placement=placement, tiles=tiles, direct=placement is not None and group.direct,
         )
         with config.patch(inplace_buffers=False):  # each member writes its own outputs
             backend.codegen_node_schedule_with_kernel(schedule, kernel)

@@ -96,6 +96,7 @@ class MemberTableKernel(TritonKernel):
     of the y axis, ``ynumel`` padded to a multiple of the largest YBLOCK the heuristics may pick; x is Inductor's.
     As a class of a kernel of several bodies (``placement`` and ``tiles``), each of the dispatch kernel's blocks is
     one tile (:func:`.tuning.class_tile_width`): its rows and its x extent padded to whole tiles of every block.
+    A class of one member (``direct``) takes that member's tensors, not a table, as Inductor's kernel does.
     """
 
     def __init__(
@@ -107,9 +108,12 @@ class MemberTableKernel(TritonKernel):
         member_values: dict[sympy.Symbol, list[int]],
         placement: ClassPlacement | None = None,
         tiles: dict[str, int] | None = None,
+        direct: bool = False,
         **kwargs: Any,
     ) -> None:
         self.structures = structures
+        #: a class of one member whose tensors are the dispatch kernel's arguments (:func:`direct_class`)
+        self.direct = direct
         self.tiles = tiles
         lengths = [s.rnumel for s in structures]
         #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
@@ -239,8 +243,8 @@ class MemberTableKernel(TritonKernel):
         pid = "tl.program_id(0)" if self.placement is None else CLASS_PID  # a class: the block among its own
         pid = pid if small else f"{pid}.to(tl.int64)"
         code.writeline(f"xstart = {pid} * XBLOCK")
-        tensor_args = self.tensor_args_of_table()
-        code.writeline(f"xtable = {tensor_args[0][0]}.to(tl.pointer_type(tl.int64))")
+        if not self.direct:
+            code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
         if self.uniform:
             padded = self.total // n
             code.writeline(f"xmember = xstart // {padded}")
@@ -270,13 +274,17 @@ class MemberTableKernel(TritonKernel):
             code.writeline(f"xtile = {CLASS_PID} % ({self.tile_width} // XBLOCK)")
             pid = f"({CLASS_PID} // ({self.tile_width} // XBLOCK))"
         code.writeline(f"ystart = {pid} * YBLOCK")
-        code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
+        if not self.direct:
+            code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
         code.writeline(f"xmember = {member}")
         code.writeline(f"yblock = (ystart - xmember * {rows}) // YBLOCK")
         self._codegen_addresses(code)
 
     def _codegen_addresses(self, code: Any) -> None:
-        """Each tensor argument replaced by the block's member's address, read from the table."""
+        """Each tensor argument replaced by the block's member's address, read from the table (a ``direct`` class's
+        arguments are its member's tensors already)."""
+        if self.direct:
+            return
         tensor_args = self.tensor_args_of_table()
         aligned = self._aligned_args()
         for slot, (arg, dtype) in enumerate(tensor_args):
@@ -327,6 +335,23 @@ class MemberTableKernel(TritonKernel):
             (arg, _TRITON_DTYPE[kind[1:]])
             for arg, kind in signature.items()
             if isinstance(kind, str) and kind.startswith("*")
+        ]
+
+    def direct_arguments(self) -> list[tuple[str, str, str, Any, bool]]:
+        """A ``direct`` class's tensor arguments: each one's name in its kernel, the buffer it is given, its type in
+        the signature, its dtype, and whether Inductor takes its address as 16-byte aligned (``tt.divisibility``)."""
+        argdefs, call_args, _, arg_types = self.args.python_argdefs()
+        signature = self.triton_meta["signature"]
+        names = list(signature)
+        divisible = {
+            names[index] for indices, hints in self.triton_meta["configs"][0].items() if ["tt.divisibility", 16] in hints
+            for index in indices
+        }
+        tensors = {arg for arg, _ in self.tensor_args_of_table()}
+        return [
+            (a.name, outer, signature[a.name], dtype, a.name in divisible)
+            for a, outer, dtype in zip(argdefs, call_args, arg_types)
+            if a.name in tensors
         ]
 
     def call_kernel(self, name: str, node: Any = None, deallocate_ws: bool = True) -> None:
