@@ -38,8 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                             "tiles (the cost model's calibration)"),
     "call-events": ("benchmarks.probes.call_events", "a real model's CUDA events call by call, those not in every "
                     "call named"),
-    "host-gap": ("benchmarks.probes.host_gap", "a real model's host time per call by variant, in turns: built-ins' "
-                 "own time and what its convolutions are given"),
+    "host-gap": ("benchmarks.probes.host_gap", "a real model's ms per call by variant, calls interleaved; code "
+                 "compiled under one variant's settings, called under another's"),
     "order-drift": ("benchmarks.probes.order_drift", "a real model's ms per call by the variants' order in the run"),
     "compile-profile": ("benchmarks.probes.compile_profile", "a real model's compile under cProfile, stock or "
                         "optimus_ir (no GPU needed)"),
