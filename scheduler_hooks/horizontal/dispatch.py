@@ -16,8 +16,9 @@ class's member-table kernel becomes a device function, and one kernel sends each
 
 A class of one member (``direct``) is given that member's tensors, as Inductor's kernel is, not a table: a table is
 looked up by its tensors' addresses on every call, which costs the host more than passing them
-(``class_0(in_ptr0_class0, out_ptr0_class0, ...)``). The code grows with the classes, not with their members. Every class starts its members at multiples of one
-alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
+(``class_0(in_ptr0_class0, out_ptr0_class0, ...)``). The code grows with the classes, not with their members.
+
+Every class starts its members at multiples of one alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
 reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in
 its code, ``R0_BLOCK: tl.constexpr = 64``), and the kernel's size hint along the row is the longest class's, so that
 the block of rows the heuristics pick suits every class. Classes of looped row reductions loop over their rows with
@@ -111,12 +112,12 @@ def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
     meta = copy.deepcopy(kernels[0].triton_meta)
     total = sum(kernel.total for kernel in kernels)
     tensors = {
-        name: (kind, aligned)
+        name: typed
         for k, kernel in enumerate(kernels)
-        for name, (kind, aligned) in zip(_tensor_parameters(kernel, k), _tensor_kinds(kernel))
+        for name, typed in zip(_tensor_parameters(kernel, k), _tensor_types(kernel), strict=True)
     }
     meta["signature"] = {
-        **{name: kind for name, (kind, _) in tensors.items()},
+        **{name: signature_type for name, (signature_type, _) in tensors.items()},
         "xnumel": "i32" if total < 2**31 else "i64",
         **({} if kind == POINTWISE else {"r0_numel": "i32"}),
         "XBLOCK": "constexpr",
@@ -160,9 +161,9 @@ def launch(
     for kernel in kernels:
         if kernel.direct:
             given = kernel.direct_arguments()
-            RegionsOfAllocations.of(wrapper).make_tensors(OrderedSet(outer for _, outer, _, _, _ in given))
-            arguments += [outer for _, outer, _, _, _ in given]
-            types += [dtype for _, _, _, dtype, _ in given]
+            RegionsOfAllocations.of(wrapper).make_tensors(OrderedSet(argument.buffer for argument in given))
+            arguments += [argument.buffer for argument in given]
+            types += [argument.dtype for argument in given]
             totals.append(kernel.total)
             continue
         table, total = kernel.write_table(name)
@@ -223,14 +224,14 @@ def _class_function(source: str, function: str) -> str:
 def _tensor_parameters(kernel: MemberTableKernel, k: int) -> list[str]:
     """The dispatch kernel's parameters for class ``k``'s tensors: its table, or a ``direct`` class's tensors."""
     if kernel.direct:
-        return [f"{name}_class{k}" for name, _, _, _, _ in kernel.direct_arguments()]
+        return [f"{argument.name}_class{k}" for argument in kernel.direct_arguments()]
     return [f"xtable{k}"]
 
 
-def _tensor_kinds(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
+def _tensor_types(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
     """The signature type of each of :func:`_tensor_parameters` and whether it is 16-byte aligned."""
     if kernel.direct:
-        return [(kind, aligned) for _, _, kind, _, aligned in kernel.direct_arguments()]
+        return [(argument.signature_type, argument.aligned) for argument in kernel.direct_arguments()]
     return [("*i64", True)]
 
 
@@ -239,7 +240,7 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, k: int, pid: str
     table for each tensor (a ``direct`` class: the tensor), the dispatch kernel's numel (the class's own is read
     from its table or written in its code), the class's block index and the block size."""
     if kernel.direct:
-        tensors = {name: f"{name}_class{k}" for name, _, _, _, _ in kernel.direct_arguments()}
+        tensors = {argument.name: f"{argument.name}_class{k}" for argument in kernel.direct_arguments()}
     else:
         tensors = {name: f"xtable{k}" for name, _ in kernel.tensor_args_of_table()}
     signature = definition[len(_JIT):].partition("):\n")[0].partition("(")[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -39,6 +39,18 @@ _TRITON_DTYPE = {
     "fp8e5": "float8e5", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "int1",
     "u64": "uint64", "u32": "uint32", "u16": "uint16", "u8": "uint8",
 }
+
+
+class DirectArgument(NamedTuple):
+    """A tensor argument of a ``direct`` class's kernel: its name there, the buffer it is given, its type in the
+    signature (``*fp32``), the buffer's dtype, and whether Inductor takes its address as 16-byte aligned
+    (``tt.divisibility``)."""
+
+    name: str
+    buffer: str
+    signature_type: str
+    dtype: torch.dtype
+    aligned: bool
 
 
 #: The name of a class's block index among its own blocks: the first argument of a class's function after its
@@ -337,9 +349,8 @@ class MemberTableKernel(TritonKernel):
             if isinstance(kind, str) and kind.startswith("*")
         ]
 
-    def direct_arguments(self) -> list[tuple[str, str, str, Any, bool]]:
-        """A ``direct`` class's tensor arguments: each one's name in its kernel, the buffer it is given, its type in
-        the signature, its dtype, and whether Inductor takes its address as 16-byte aligned (``tt.divisibility``)."""
+    def direct_arguments(self) -> list[DirectArgument]:
+        """A ``direct`` class's tensor arguments, in its kernel's order."""
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
         signature = self.triton_meta["signature"]
         names = list(signature)
@@ -349,7 +360,7 @@ class MemberTableKernel(TritonKernel):
         }
         tensors = {arg for arg, _ in self.tensor_args_of_table()}
         return [
-            (a.name, outer, signature[a.name], dtype, a.name in divisible)
+            DirectArgument(a.name, outer, signature[a.name], dtype, a.name in divisible)
             for a, outer, dtype in zip(argdefs, call_args, arg_types)
             if a.name in tensors
         ]
