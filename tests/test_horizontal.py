@@ -21,6 +21,7 @@ from optimus_ir.runtime import MemberTable
 from optimus_ir.scheduler_hooks.horizontal import allocation, buffers, group, memory, merging, planning
 from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import Structure
+from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_DIRECT_MEMBERS
 
 from test_horizontal_random import run_compiled
 from wrapper_memory import peak_bytes
@@ -96,8 +97,9 @@ def test_members_reading_0d_cpu_tensors_merge_only_where_they_read_the_same_ones
     ]
 
 
-def test_members_whose_widths_differ_read_their_width_from_the_table():
-    """A bias per column (x % width) and a scale per row (x // width): one divisor, a value of each member."""
+def test_members_whose_widths_differ_take_each_their_own_width():
+    """A bias per column (x % width) and a scale per row (x // width): one divisor, a value of each member (a
+    constant of the code for a few members; else read from the table: test_member_table_puts_the_divisors_...)."""
 
     def fn(*args):
         return [torch.tanh(x + column) * row[:, None] for x, column, row in zip(args[::3], args[1::3], args[2::3])]
@@ -109,7 +111,9 @@ def test_members_whose_widths_differ_read_their_width_from_the_table():
     assert "1 divisor(s) per member" in fired.detail and len(fired.nodes) == 4
     torch.testing.assert_close(actual, expected)
     (kernel,) = compile_report(fn, tuple(inputs), passes="horizontal").kernels
-    assert "idivisor0 = tl.load(xtable" in kernel.source and "// idivisor0" in kernel.source
+    assert "idivisor0 = tl.where(xmember == 3, 8, tl.where(xmember == 2, 12, 40))" in (
+        kernel.source
+    ) and "// idivisor0" in kernel.source
 
 
 def test_members_of_one_width_keep_it_a_number():
@@ -143,14 +147,66 @@ def test_groups_sharing_one_kernel_source_each_get_their_own_member_table():
         products = [y @ w for y in first]  # separate the groups; other numels
         return first + products + [torch.tanh(p) for p in products]
 
-    inputs = (torch.randn(64, 48), *[torch.randn(rows, 64) for rows in (8, 8, 24)])
+    rows = (8, 8, 24) * 3  # more than MAX_DIRECT_MEMBERS: a table
+    inputs = (torch.randn(64, 48), *[torch.randn(r, 64) for r in rows])
     actual, expected, records = _run_in_interpreter(fn, inputs)
     assert len([r for r in records if r.fired]) == 2
     report = compile_report(fn, inputs)
     names = [name for name in report.launches if name.startswith("triton")]
     assert len(names) == 2 and len(set(names)) == 1, names  # one kernel, called by both groups
-    tables = re.findall(r"^(\w+) = MemberTable\(\[0, 2048, 4096\], \[(1536|1152), ", report.wrapper, re.M)
+    tables = re.findall(r"^(\w+) = MemberTable\(\[0, 2048, 4096, [^]]*\], \[(1536|1152), ", report.wrapper, re.M)
     assert len({name for name, _ in tables}) == 2, tables
+    torch.testing.assert_close(actual, expected)
+
+
+def _few_members(x, *ys):
+    return [torch.sigmoid(p) * 2 for p in x.split(64, dim=1)] + [torch.tanh(y) for y in ys]
+
+
+def _forward_kernels(fn, inputs):
+    """The forward graph of a training step (its outputs are not made one allocation, which a table reads) and
+    the merges of the step."""
+    report = compile_report(fn, [x.requires_grad_() for x in inputs], passes="horizontal")
+    return report.graphs[0], _fired(report)
+
+
+def test_a_few_members_are_given_as_arguments_and_the_kernel_picks_the_blocks_ones():
+    """Up to MAX_DIRECT_MEMBERS members take their tensors as the kernel's arguments, not a table that the host
+    would look up by address on every call: the kernel picks its block's member's addresses (a buffer the members
+    share: each one's offset into it), numel and start, constants of its code."""
+    inputs = [torch.randn(96, 192), torch.randn(100, 64), torch.randn(33, 64)]
+    forward, merges = _forward_kernels(_few_members, inputs)
+    assert len(forward.launches) == 1
+    assert {"3 kernels → one kernel (pointwise, 6144 each, tensors as arguments)",
+            "2 kernels → one kernel (pointwise, ragged: 2 sizes, tensors as arguments)"} <= {r.detail for r in merges}
+    assert "MemberTable" not in forward.wrapper and "xtable" not in forward.kernels[0].source
+    source = forward.kernels[0].source
+    assert "in_ptr0 + tl.where(xmember == 2, 128, tl.where(xmember == 1, 64, 0))" in source  # the shared input
+    assert "xnumel = tl.where(xmember == 1, 2112, 6400)" in source  # the tanh members' numels
+    actual, expected, _ = _run_in_interpreter(_few_members, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_more_members_than_max_direct_members_read_a_member_table():
+    forward, merges = _forward_kernels(_few_members, [torch.randn(16, 64 * (MAX_DIRECT_MEMBERS + 1))])
+    merge = merges[0]  # the forward's
+    assert f"{MAX_DIRECT_MEMBERS + 1} kernels" in merge.detail and "member table" in merge.detail
+    assert "MemberTable(" in forward.wrapper
+
+
+def test_members_reading_each_others_inputs_pick_their_addresses_before_any_is_replaced():
+    """One member reads in its first slot the buffer the other reads in its second: the kernel picks every address
+    from the arguments as given, then replaces them."""
+
+    def fn(a, b, c):
+        return a * b[:64], b * c  # (of other sizes: Inductor does not fuse them by their shared read)
+
+    inputs = [torch.randn(64, 32), torch.randn(128, 32), torch.randn(128, 32)]
+    forward, merges = _forward_kernels(fn, inputs)
+    assert len(forward.launches) == 1 and "2 kernels → one kernel" in merges[0].detail
+    picked = "in_ptr1_of_member = tl.multiple_of(tl.where(xmember == 1, in_ptr0, in_ptr1), 16)"
+    assert picked in forward.kernels[0].source
+    actual, expected, _ = _run_in_interpreter(fn, [x.detach() for x in inputs])
     torch.testing.assert_close(actual, expected)
 
 
@@ -1117,7 +1173,7 @@ def test_cuda_graph_compiles_make_their_tables_outside_the_graph_pools():
     def fn(*xs):
         return [torch.tanh(x) for x in xs]
 
-    inputs = tuple(torch.randn(64, 64) for _ in range(4))
+    inputs = tuple(torch.randn(64, 64) for _ in range(MAX_DIRECT_MEMBERS + 1))  # (fewer: no table)
     with mock.patch.object(buffers, "cudagraph_trees", return_value=True):  # (the virtual target captures none)
         report = compile_report(fn, inputs)
     assert len(report.launches) == 1

@@ -132,7 +132,7 @@ HORIZONTAL_CASES = [
         ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
     ),
     Case(
-        # four bodies over twelve tensors of three shapes: one kernel of four classes, a member table each
+        # four bodies over twelve tensors of three shapes: one kernel of four classes, each picking its members
         "horizontal_4_bodies", four_bodies_each, _tensors(*[_THREE_SHAPES[i % 3] for i in range(12)]), 12, 1,
         ("IdenticalKernelsToMemberTableKernel",),
     ),

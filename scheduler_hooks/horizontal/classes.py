@@ -56,7 +56,7 @@ class ClassesGroup(TableGroup):
         self.takes_over = {output: saved for group in classes for output, saved in group.takes_over.items()}
 
     def read_through_tables(self) -> OrderedSet[str]:
-        return OrderedSet(name for group in self.classes if not group.direct for name in group.read_through_tables())
+        return OrderedSet(name for group in self.classes for name in group.read_through_tables())
 
     def codegen(self, backend: Any, stock: Any) -> None:
         codegen_classes(backend, self)
@@ -64,7 +64,9 @@ class ClassesGroup(TableGroup):
     def describe(self) -> str:
         sizes = [len(group.members) for group in self.classes]
         kind = "row reduction" if self.reduction else "pointwise"
-        return f"{kind}, classes of {min(sizes)}..{max(sizes)} members, a member table each"
+        tables = sum(not group.direct for group in self.classes)
+        given = f"{tables} with a member table" if tables else "tensors as arguments"
+        return f"{kind}, classes of {min(sizes)}..{max(sizes)} members, {given}"
 
 
 def codegen_classes(backend: Any, group: ClassesGroup) -> None:

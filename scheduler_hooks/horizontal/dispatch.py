@@ -14,9 +14,10 @@ class's member-table kernel becomes a device function, and one kernel sends each
         elif xpid < 12288 // XBLOCK:
             class_1(xtable1, xtable1, xtable1, xnumel, xpid - 8192 // XBLOCK, XBLOCK)
 
-A class of one member (``direct``) is given that member's tensors, as Inductor's kernel is, not a table: a table is
-looked up by its tensors' addresses on every call, which costs the host more than passing them
-(``class_0(in_ptr0_class0, out_ptr0_class0, ...)``). The code grows with the classes, not with their members.
+A class of a few members (``direct``: :data:`.tuning.MAX_DIRECT_MEMBERS`) is given their tensors, as Inductor's
+kernel is given one member's, not a table: a table is looked up by its tensors' addresses on every call, which costs
+the host more than passing them (``class_0(in_ptr0_class0, in_ptr1_class0, out_ptr0_class0, ...)``; the class picks
+its block's member's). The code grows with the classes, and with their members up to that cap.
 
 Every class starts its members at multiples of one alignment (:class:`~.kernel.ClassPlacement`), so one block size serves them all. Classes of persistent row
 reductions are dispatched the same way, by blocks of rows: each keeps its own block along the row (a constant in

@@ -25,7 +25,7 @@ from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation, RegionsOfAllocations, one_allocations
 from optimus_ir.scheduler_hooks.horizontal.kernel import ClassPlacement, MemberTableKernel
 from optimus_ir.scheduler_hooks.horizontal.structure import FLAT_INDEX, Structure, body_blocks, indirect_indexing, tiles_key
-from optimus_ir.scheduler_hooks.horizontal.tuning import RULE
+from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_DIRECT_MEMBERS, RULE
 from optimus_ir.scheduler_hooks.node_graph import GroupKernelNode
 
 log = logging.getLogger("optimus_ir")
@@ -59,11 +59,18 @@ class MemberTableGroup(TableGroup):
 
     @property
     def direct(self) -> bool:
-        """As a class of a kernel of several bodies, its kernel takes its member's tensors, not a table: one member
-        of static sizes (:mod:`.dispatch`)."""
-        return len(self.members) == 1 and self.structures[0].numel_expr is None
+        """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
+        static sizes, and, for several members, none that updates a buffer in place (Inductor's kernel names it as
+        both read and written) and no buffers made as one allocation (the table gives those as one tensor)."""
+        if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
+            return False
+        return len(self.members) == 1 or not (
+            self.one_allocations or any(s.updates_in_place for s in self.structures)
+        )
 
     def read_through_tables(self) -> OrderedSet[str]:
+        if self.direct:
+            return OrderedSet()
         return OrderedSet(dep.name for member in self.members for dep in member.read_writes.reads)
 
     def codegen(self, backend: Any, stock: Any) -> None:
@@ -81,7 +88,8 @@ class MemberTableGroup(TableGroup):
         lengths = sorted({s.rnumel for s in self.structures})
         if len(lengths) > 1:
             divisors_text += f", rows of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]})"
-        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, member table"
+        given = "tensors as arguments" if self.direct else "member table"
+        return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, {given}"
 
 
 @dataclasses.dataclass
@@ -147,7 +155,7 @@ def group_kernel(
         kernel = MemberTableKernel(
             tiling, features=SIMDKernelFeatures(schedule, numel, rnumel), structures=structures,
             reduction=group.reduction, call_site=rep.get_first_name(), member_values={**divisors, **sizes},
-            placement=placement, tiles=tiles, direct=placement is not None and group.direct,
+            placement=placement, tiles=tiles, direct=group.direct,
         )
         with config.patch(inplace_buffers=False):  # each member writes its own outputs
             backend.codegen_node_schedule_with_kernel(schedule, kernel)

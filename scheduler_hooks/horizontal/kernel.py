@@ -108,7 +108,9 @@ class MemberTableKernel(TritonKernel):
     of the y axis, ``ynumel`` padded to a multiple of the largest YBLOCK the heuristics may pick; x is Inductor's.
     As a class of a kernel of several bodies (``placement`` and ``tiles``), each of the dispatch kernel's blocks is
     one tile (:func:`.tuning.class_tile_width`): its rows and its x extent padded to whole tiles of every block.
-    A class of one member (``direct``) takes that member's tensors, not a table, as Inductor's kernel does.
+    A group of a few members (``direct``: :data:`.tuning.MAX_DIRECT_MEMBERS`) takes their tensors, not a table, as
+    Inductor's kernel takes one member's: the prologue picks the block's member's address of each tensor, and its
+    start, numel and values are constants of the code.
     """
 
     def __init__(
@@ -124,8 +126,11 @@ class MemberTableKernel(TritonKernel):
         **kwargs: Any,
     ) -> None:
         self.structures = structures
-        #: a class of one member whose tensors are the dispatch kernel's arguments (:func:`direct_class`)
+        #: the members' tensors are the kernel's arguments (:attr:`.group.MemberTableGroup.direct`)
         self.direct = direct
+        #: a ``direct`` kernel's tensor arguments of several members → each member's argument and the elements its
+        #: address adds to the representative's offset (which the shared body adds)
+        self.member_arguments: dict[str, list[tuple[str, int]]] = {}
         self.tiles = tiles
         lengths = [s.rnumel for s in structures]
         #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
@@ -211,6 +216,12 @@ class MemberTableKernel(TritonKernel):
         return super()._get_grid_type()
 
     def codegen_kernel(self, name: str | None = None) -> str:
+        # Inductor gives a 2-d kernel of two tensors square tiles (``TileHint.SQUARE``): the member's hint, whatever
+        # tensors the other members add
+        square = False
+        if self.direct and len(self.structures) > 1:
+            square = self.tiles is not None and len(self.args.python_argdefs()[0]) == 2
+            self._take_members_tensors()
         numel = self.numels["x"]
         if self.tiles is None:  # (2-d tiles: each member's size hints, which bound YBLOCK by ``align``)
             self.numels["x"] = self.size_hint_x
@@ -229,9 +240,10 @@ class MemberTableKernel(TritonKernel):
             self.min_elem_per_thread = max(self.min_elem_per_thread, self._min_elements_per_thread())
         try:
             with config.patch(one_config):
-                return super().codegen_kernel(name)
+                source = super().codegen_kernel(name)
         finally:
             self.numels["x"] = numel
+        return source.replace("tile_hint=TileHint.DEFAULT,", "tile_hint=TileHint.SQUARE,", 1) if square else source
 
     def _min_elements_per_thread(self) -> int:
         """Elements per thread for ``BYTES_PER_THREAD`` of the widest tensor dtype: the floor Inductor's pointwise
@@ -250,27 +262,55 @@ class MemberTableKernel(TritonKernel):
         for line in stock.getvalue().splitlines():
             if not line.startswith("xnumel = ") and not (self.rnumels and line.startswith("r0_numel = ")):
                 code.writeline(line)
-        n = len(self.structures)
         small = self.index_dtype == "tl.int32" and self.total < 2**31 and not self.symbolic
         pid = "tl.program_id(0)" if self.placement is None else CLASS_PID  # a class: the block among its own
         pid = pid if small else f"{pid}.to(tl.int64)"
         code.writeline(f"xstart = {pid} * XBLOCK")
         if not self.direct:
             code.writeline(f"xtable = {self.tensor_args_of_table()[0][0]}.to(tl.pointer_type(tl.int64))")
-        if self.uniform:
-            padded = self.total // n
-            code.writeline(f"xmember = xstart // {padded}")
-            code.writeline(f"xblock = (xstart - xmember * {padded}) // XBLOCK")
-            code.writeline(f"xnumel = {self.structures[0].numel}")
+        if self.uniform or self.direct:
+            self._codegen_member_constants(code)
         else:
             code.writeline(f"xmembers = tl.arange(0, {self.pad_to})")
             code.writeline("xmember = tl.sum((tl.load(xtable + xmembers) <= xstart).to(tl.int32), 0) - 1")
             code.writeline("xblock = (xstart - tl.load(xtable + xmember)) // XBLOCK")
             code.writeline(f"xnumel = tl.load(xtable + {self.layout.numels_row} + xmember)")
-        for j, symbol in enumerate(self.member_values):
-            row = self.layout.value_row(j)
-            code.writeline(f"{symbol} = tl.load(xtable + ({row} + xmember)).to({self.index_dtype})")
+        for j, (symbol, values) in enumerate(self.member_values.items()):
+            loaded = f"tl.load(xtable + ({self.layout.value_row(j)} + xmember)).to({self.index_dtype})"
+            code.writeline(f"{symbol} = {_per_member(values) if self.direct else loaded}")
         self._codegen_addresses(code)
+
+    def _codegen_member_constants(self, code: Any) -> None:
+        """The block's member, the member's first block and its numel, from constants of the code (members of one
+        size, or a ``direct`` kernel's)."""
+        numels = [s.numel for s in self.structures]
+        if self.uniform:
+            padded = self.total // len(numels)
+            code.writeline(f"xmember = xstart // {padded}")
+            code.writeline(f"xblock = (xstart - xmember * {padded}) // XBLOCK")
+        else:
+            code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in self.starts[1:])}")
+            code.writeline(f"xblock = (xstart - {_per_member(self.starts)}) // XBLOCK")
+        code.writeline(f"xnumel = {_per_member(numels)}")
+
+    def _take_members_tensors(self) -> None:
+        """Make each member's tensors the kernel's arguments too, beside the representative's (as Inductor's kernel
+        takes a buffer: an input, an output), and note for each of the representative's which member's stands for
+        it (:attr:`member_arguments`)."""
+        argdefs, call_args, _, _ = self.args.python_argdefs()
+        rep = self.structures[0]
+        for argdef, outer in zip(argdefs, call_args):
+            if outer not in rep.slots or argdef.name in self.member_arguments:
+                continue
+            if outer not in self.args.input_buffers and outer not in self.args.output_buffers:
+                raise NotImplementedError(f"{outer} is neither an input nor an output of the kernel")
+            take = self.args.input if outer in self.args.input_buffers else self.args.output
+            slot = rep.slots.index(outer)
+            itemsize = V.graph.get_dtype(outer).itemsize
+            self.member_arguments[argdef.name] = [
+                (argdef.name if s is rep else take(s.slots[slot]), offset // itemsize)
+                for s, (_, offset) in zip(self.structures, self._members_of_slot(outer), strict=True)
+            ]
 
     def _codegen_tiles_prologue(self, code: Any) -> None:
         """Inductor's numels of one member, then the member of the block's rows and its addresses. Blocks past
@@ -293,16 +333,36 @@ class MemberTableKernel(TritonKernel):
         self._codegen_addresses(code)
 
     def _codegen_addresses(self, code: Any) -> None:
-        """Each tensor argument replaced by the block's member's address, read from the table (a ``direct`` class's
-        arguments are its member's tensors already)."""
-        if self.direct:
-            return
-        tensor_args = self.tensor_args_of_table()
+        """Each tensor argument replaced by the block's member's address: read from the table, or, for a ``direct``
+        kernel, picked among its members' arguments (one member: its arguments are its tensors already)."""
         aligned = self._aligned_args()
-        for slot, (arg, dtype) in enumerate(tensor_args):
+        if self.direct:
+            self._codegen_member_addresses(code, aligned)
+            return
+        for slot, (arg, dtype) in enumerate(self.tensor_args_of_table()):
             row = self.layout.address_row(slot)
             address = f"tl.load(xtable + ({row} + xmember)).to(tl.pointer_type(tl.{dtype}))"
             code.writeline(f"{arg} = {f'tl.multiple_of({address}, 16)' if arg in aligned else address}")
+
+    def _codegen_member_addresses(self, code: Any, aligned: set[str]) -> None:
+        """A ``direct`` kernel's addresses of its block's member. Where one member's argument is another argument
+        the prologue replaces (a buffer two members read in different slots), all are picked into temporaries first."""
+        picked = {}
+        for arg, members in self.member_arguments.items():
+            if len({name for name, _ in members}) == 1:  # one buffer: the members' offsets into it
+                offsets = [offset for _, offset in members]
+                address = arg if len(set(offsets)) == 1 else f"{arg} + {_per_member(offsets)}"
+            else:
+                address = _per_member([f"{name} + {offset}" if offset else name for name, offset in members])
+            if address != arg:
+                picked[arg] = f"tl.multiple_of({address}, 16)" if arg in aligned else address
+        reread = any(
+            name != arg and name in picked for arg in picked for name, _ in self.member_arguments[arg]
+        )
+        for arg, address in picked.items():
+            code.writeline(f"{arg}_of_member = {address}" if reread else f"{arg} = {address}")
+        for arg in picked if reread else ():
+            code.writeline(f"{arg} = {arg}_of_member")
 
     def _aligned_args(self) -> set[str]:
         """The tensor arguments whose address is 16-byte aligned for every member, by the rule Inductor applies to a
@@ -329,8 +389,9 @@ class MemberTableKernel(TritonKernel):
         another's mutation is named as neither)."""
         argdefs, call_args, _, _ = self.args.python_argdefs()
         tensors = {arg for arg, _ in self.tensor_args_of_table()}
+        named = self.structures if self.direct else self.structures[:1]
         for argdef, outer in zip(argdefs, call_args):
-            if argdef.name in tensors and outer not in self.structures[0].slots:
+            if argdef.name in tensors and not any(outer in s.slots for s in named):
                 raise NotImplementedError(f"the kernel reads {outer}, which its members' structure does not name")
 
     def _members_of_slot(self, outer: str) -> list[tuple[str, int]]:
@@ -350,7 +411,7 @@ class MemberTableKernel(TritonKernel):
         ]
 
     def direct_arguments(self) -> list[DirectArgument]:
-        """A ``direct`` class's tensor arguments, in its kernel's order."""
+        """A ``direct`` kernel's tensor arguments (every member's), in its kernel's order."""
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
         signature = self.triton_meta["signature"]
         names = list(signature)
@@ -368,10 +429,14 @@ class MemberTableKernel(TritonKernel):
     def call_kernel(self, name: str, node: Any = None, deallocate_ws: bool = True) -> None:
         wrapper = V.graph.wrapper_code
         wrapper.write_triton_header_once()
-        table, total = self.write_table(name)
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
-        tensor_args = {arg for arg, _ in self.tensor_args_of_table()}
-        call_args = [table if a.name in tensor_args else c for a, c in zip(argdefs, call_args)]
+        if self.direct:  # (regions of one allocation another group made: tensors, as Inductor's kernel takes)
+            RegionsOfAllocations.of(wrapper).make_tensors(OrderedSet(a.buffer for a in self.direct_arguments()))
+            table, total = None, str(self.total)
+        else:
+            table, total = self.write_table(name)
+            tensor_args = {arg for arg, _ in self.tensor_args_of_table()}
+            call_args = [table if a.name in tensor_args else c for a, c in zip(argdefs, call_args)]
         first_numel = len(call_args)
         self.add_numel_to_call_args(name, call_args, arg_types)
         # the members' blocks end to end (the grid): along x, or along y where the kernel keeps 2-d tiles
@@ -381,7 +446,8 @@ class MemberTableKernel(TritonKernel):
             name, call_args, triton=True, arg_types=arg_types,
             triton_meta=self.triton_meta, inductor_meta=self.inductor_meta,
         )
-        wrapper.writeline(f"del {table}")
+        if table is not None:
+            wrapper.writeline(f"del {table}")
 
     def write_table(self, name: str) -> tuple[str, str]:
         """Write the wrapper's lines that make this call's member table (for kernel ``name``); returns the name of
@@ -437,3 +503,12 @@ class MemberTableKernel(TritonKernel):
         for storage in storages:
             regions.after_table(storage)
         return f"{table}_now", total
+
+
+def _per_member(values: list[Any]) -> str:
+    """Code for the value of the block's member (``xmember``) among ``values``, one per member."""
+    code = str(values[0])
+    for j in range(1, len(values)):
+        if values[j] != values[0]:
+            code = f"tl.where(xmember == {j}, {values[j]}, {code})"
+    return code

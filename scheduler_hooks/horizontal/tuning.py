@@ -19,6 +19,10 @@ CLASS_TILE_NARROW = 64
 BYTES_PER_THREAD = 32
 #: More members than this are split into several groups (the kernel loads one table row per member per block).
 MAX_MEMBERS = 1024
+#: A group of at most this many members takes their tensors as its kernel's arguments and picks the block's member's
+#: in the kernel, instead of a member table: the host looks a table up by its tensors' addresses on every call, which
+#: costs more than passing a few more arguments. Code grows with the members up to this, then no more.
+MAX_DIRECT_MEMBERS = 8
 #: Classes (bodies) of one kernel of several bodies at most: its code, and Triton's compile time, grow with them.
 MAX_CLASSES = 32
 #: The largest block of rows Inductor's reduction heuristics pick for rows of at least ``MIN_RNUMEL_FOR_TOTAL_HINT``
