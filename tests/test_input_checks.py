@@ -19,6 +19,7 @@ from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
 from optimus_ir.runtime import InputChecks, MemberTable
 from optimus_ir.scheduler_hooks.horizontal.kernel import MemberTableKernel
+from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_DIRECT_MEMBERS
 
 from golden import assert_golden
 
@@ -175,9 +176,10 @@ def test_inputs_updated_in_place_keep_inductors_alignment_check():
         for p in params:
             p.mul_(0.5)
 
-    report, checked = _alignment_checked(fn, [torch.randn(64, 256) for _ in range(4)])
+    count = MAX_DIRECT_MEMBERS + 1  # (fewer: no table, their tensors the kernel's arguments, Inductor's to check)
+    report, checked = _alignment_checked(fn, [torch.randn(64, 256) for _ in range(count)])
     assert any(r.rule == "IdenticalKernelsToMemberTableKernel" and r.fired for r in report.rewrites)
-    assert checked == [0, 1, 2, 3]
+    assert checked == list(range(count))
     [kept] = [r for r in report.rewrites if r.rule == ALIGNMENT_RULE]
     assert not kept.fired and "updated in place" in kept.detail
 

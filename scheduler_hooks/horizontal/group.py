@@ -60,13 +60,11 @@ class MemberTableGroup(TableGroup):
     @property
     def direct(self) -> bool:
         """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
-        static sizes, and, for several members, none that updates a buffer in place (Inductor's kernel names it as
-        both read and written) and no buffers made as one allocation (the table gives those as one tensor)."""
+        static sizes, and, for several members, no buffers made as one allocation (a table takes those as one
+        tensor)."""
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
-        return len(self.members) == 1 or not (
-            self.one_allocations or any(s.updates_in_place for s in self.structures)
-        )
+        return len(self.members) == 1 or not self.one_allocations
 
     def read_through_tables(self) -> OrderedSet[str]:
         if self.direct:

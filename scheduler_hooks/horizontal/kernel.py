@@ -226,7 +226,8 @@ class MemberTableKernel(TritonKernel):
         if self.tiles is None:  # (2-d tiles: each member's size hints, which bound YBLOCK by ``align``)
             self.numels["x"] = self.size_hint_x
         # the autotuner benchmarks configs by running the kernel, after cloning the arguments it mutates; it cannot
-        # clone what the table points to, so a kernel that updates buffers in place gets one config, run once
+        # clone what the table points to, nor the other members' buffers (Inductor names the representative's
+        # alone as mutated), so a kernel that updates buffers in place gets one config, run once
         one_config = (
             {"triton.autotune_pointwise": False, "max_autotune": False, "max_autotune_pointwise": False,
              "coordinate_descent_tuning": False}
