@@ -117,7 +117,7 @@ class InputAlignmentCheckedByMemberTables(SchedulerRule):
         table = MemberTable(starts, numels, 4, aligned=[0, 1, 2, 3])
 
     Only inputs that no other kernel reads (stock's kernels take them as aligned, and so does a merged kernel that
-    takes a class's one member's tensors: ``MemberTableGroup.direct``) and that the graph does not
+    takes a group's few members' tensors: ``MemberTableGroup.direct``) and that the graph does not
     update in place (Inductor copies a misaligned one back after the call). Where a merged kernel falls back to
     stock kernels at code generation, its inputs are checked by Inductor again
     (:func:`~optimus_ir.scheduler_hooks.alignment_in_tables.check_alignment_again`).
