@@ -18,7 +18,7 @@ from typing import Any
 
 import sympy
 import torch
-from torch._inductor import config, ir
+from torch._inductor import ir
 from torch._inductor.codegen.common import BackendFeature
 from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_map
 from torch.utils._sympy.functions import FloorDiv
 
 from optimus_ir import index_math, segment_sum
+from optimus_ir.lowering import triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
@@ -243,12 +244,6 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if _low_precision(dtype) else dtype
 
 
-def _triton_kernels(device: torch.device) -> bool:
-    """Whether Inductor writes Triton kernels for ``device``."""
-    backend = {"cuda": config.cuda_backend, "cpu": config.cpu_backend}.get(device.type)
-    return backend == "triton"
-
-
 def _contiguous_run(box: Any) -> tuple[str, int]:
     """A 1-D input realized with unit stride (copied where it has another): its buffer and offset into it."""
     realized = ir.ExternKernel.realize_input(box)
@@ -308,7 +303,7 @@ class EmbeddingBagToSegmentSum(LoweringRule):
             raise Reject("symbolic sizes")
         if len(indices.get_size()) != 1 or not weight.get_dtype().is_floating_point:
             raise Reject("ids of more than one dimension, or an integer table")
-        if not _triton_kernels(weight.get_device()):
+        if not triton_kernels(weight.get_device()):
             raise Reject(f"no Triton kernels on {weight.get_device()} (segment_sum is written for Triton)")
         table = ir.ExternKernel.realize_input(weight)
         if table.get_layout().stride[-1] != 1:

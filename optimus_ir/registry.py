@@ -13,6 +13,7 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagToSegmentSum,
 )
+from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
     CatOfTilingSlicesToView,
@@ -45,6 +46,7 @@ RULES: tuple[Rule, ...] = (
     # splitcat, lowering
     SplitCatToPointwise(),
     CatConsumerIntoPieces(),
+    MatmulBiasReluToAddmmActivation(),
     # before the scheduler, before and after fusion
     UnreadConcatElimination(),
     ScatterTargetFilledAfterScatterInputs(),
