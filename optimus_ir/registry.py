@@ -14,6 +14,7 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagToSegmentSum,
 )
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
+from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
     CatOfTilingSlicesToView,
@@ -43,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     EmbeddingBagToSegmentSum(),
     EmbeddingBagBackwardOfRegularBagsToScatterAdd(),  # bags of one size; the next one takes all others
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
+    SharedOperandMatmulsToOneMatmul(),
     # splitcat, lowering
     SplitCatToPointwise(),
     CatConsumerIntoPieces(),
