@@ -18,7 +18,7 @@ import torch
 from torch._inductor import ir
 from torch._inductor.virtualized import V
 
-from optimus_ir import index_math
+from optimus_ir import graph_state, index_math
 from optimus_ir.drivers import stock_lowering
 from optimus_ir.lowering import triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
@@ -102,7 +102,7 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
     rounding (an fp32 hetero GNN's largest relative error against eager, 1.4e-7 stock, 2.5e-7 with this rule). Side
     by side instead (``a @ [b1 | b2]``, its column blocks added) would round as stock, but holds the products at
     their total size. Static sizes, one floating dtype, where Inductor writes Triton kernels; the sum's other terms
-    must be graph inputs or buffers the sum reads.
+    must be graph inputs, values another lowering rule returned, or buffers the sum reads.
     """
 
     name = "SharedOperandMatmulsToOneMatmul"
@@ -145,6 +145,8 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
                 continue
             if term.op == "placeholder" and term.target in V.graph.graph_inputs:
                 values[term] = V.graph.graph_inputs[term.target]
+            elif term in graph_state.current().rule_values:
+                values[term] = graph_state.current().rule_values[term]
             elif term in buffers:
                 values[term] = _box(buffers[term])
             else:

@@ -51,8 +51,12 @@ class LoweringDriver:
                 record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
             else:
                 record(rule.name, True, nodes, detail)
-                if rule.may_add_launches and V.graph is not None:
-                    graph_state.current().may_add_launches.add(rule.name)
+                if V.graph is not None:
+                    state = graph_state.current()
+                    if fx_node is not None:
+                        state.rule_values[fx_node] = result
+                    if rule.may_add_launches:
+                        state.may_add_launches.add(rule.name)
                 return result
         return self.stock(*args, **kwargs)
 

@@ -38,6 +38,11 @@ class GraphState:
     #: the merged kernels' codegen → the wrapper's frees: by wrapper, its regions of one allocation
     #: (``scheduler_hooks.horizontal.allocation.RegionsOfAllocations``)
     regions: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: the lowering driver → later lowering rules: each FX node a lowering rule lowered → the value it returned (a
+    #: rule reading a value the interpreter has freed finds it here, where no buffer of its own holds it)
+    rule_values: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: ``RowScaledMatmulInputToScaledProduct`` at a div → itself at the matmul that reads it: the div's operands
+    row_scaled: dict[Any, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
     #: the lowering driver → the stock guard: the rules fired that can make the graph launch more than stock
     #: (``LoweringRule.may_add_launches``)
     may_add_launches: set[str] = dataclasses.field(default_factory=set)

@@ -14,6 +14,7 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagToSegmentSum,
 )
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
+from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
 from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
@@ -44,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     EmbeddingBagToSegmentSum(),
     EmbeddingBagBackwardOfRegularBagsToScatterAdd(),  # bags of one size; the next one takes all others
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
+    RowScaledMatmulInputToScaledProduct(),
     SharedOperandMatmulsToOneMatmul(),
     # splitcat, lowering
     SplitCatToPointwise(),

@@ -47,7 +47,7 @@ def test_the_node_features_go_through_one_matmul_instead_of_one_per_convolution(
 
 def test_on_the_cpu_inductor_writes_the_sum_as_addmms_the_rule_leaves():
     """Inductor's post-grad passes fold each add into an addmm on the CPU (a chain of them), so the interpreter's
-    compile has no sum of matmuls; the numerics on a GPU are ``tests/gpu/test_matmul_sum_on_gpu.py``'s."""
+    compile has no sum of matmuls; the numerics on a GPU are ``tests/gpu/test_matmul_rules_on_gpu.py``'s."""
     eager = TwoConvsIntoOneType()
     inputs = _inputs()
     with torch.no_grad(), optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:

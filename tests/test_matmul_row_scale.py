@@ -1,0 +1,65 @@
+"""RowScaledMatmulInputToScaledProduct: a matmul of a row-scaled input (a mean aggregation, then a Linear) as the
+scaled product, what it leaves alone, and the numerics against eager through Triton's interpreter."""
+
+import torch
+
+import optimus_ir
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.records import recording
+
+RULE = "RowScaledMatmulInputToScaledProduct"
+
+
+def mean_then_linear(summed, count, w):
+    """Messages summed per node, divided by the node's number of edges, then a Linear without bias and a relu."""
+    return torch.relu((summed / count.clamp(min=1)) @ w.t())
+
+
+def _inputs(requires_grad: bool = False) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    summed = torch.randn(300, 64, requires_grad=requires_grad)
+    count = (torch.rand(300, 1) * 4).floor()  # zeros among them: clamped
+    return summed, count, torch.randn(32, 64, requires_grad=requires_grad)
+
+
+def test_the_mean_is_taken_of_the_product_where_it_is_read():
+    stock = compile_report(mean_then_linear, _inputs(), passes=None)
+    report = compile_report(mean_then_linear, _inputs(), passes="horizontal")
+    assert len(stock.launches) == 3  # the mean, the matmul, the relu
+    assert report.launches == ["extern_kernels.mm", report.launches[1]] and "div" in report.launches[1]
+    assert "extern_kernels.mm(buf" in stock.wrapper  # the mean, a buffer of its own
+    assert "extern_kernels.mm(arg" in report.wrapper  # the sums themselves
+    (fired,) = [r for r in report.rewrites if r.rule == RULE]
+    assert fired.fired and "(300x64x32)" in fired.detail
+
+
+def test_numerics_in_the_interpreter_inference_and_training():
+    inputs = _inputs(requires_grad=True)
+    expected = mean_then_linear(*inputs)
+    expected.sum().backward()
+    want = [t.grad.clone() for t in inputs if t.requires_grad]
+    for t in inputs:
+        t.grad = None
+    with cpu_triton_interpreter():
+        with torch.no_grad(), optimus_ir.enabled("horizontal"), recording() as records:
+            torch.testing.assert_close(torch.compile(mean_then_linear)(*inputs), expected.detach())
+        assert [r for r in records if r.rule == RULE and r.fired]
+        with optimus_ir.enabled("horizontal"):
+            torch.compile(mean_then_linear)(*inputs).sum().backward()
+    torch.testing.assert_close([t.grad for t in inputs if t.requires_grad], want)
+
+
+def test_a_column_scale_or_a_mean_read_elsewhere_stays_stock():
+    def column_scale(summed, scale, w):
+        return (summed / scale) @ w.t()
+
+    def mean_read_twice(summed, count, w):
+        mean = summed / count
+        return mean @ w.t(), mean
+
+    summed, count, w = _inputs()
+    for fn, inputs in ((column_scale, (summed, torch.rand(1, 64) + 1, w)), (mean_read_twice, (summed, count + 1, w))):
+        report = compile_report(fn, inputs)
+        assert not [r for r in report.rewrites if r.rule == RULE]
+        assert "div" in " ".join(report.launches)
