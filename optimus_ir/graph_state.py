@@ -43,11 +43,14 @@ class GraphState:
     rule_values: dict[Any, Any] = dataclasses.field(default_factory=dict)
     #: ``RowScaledMatmulInputToScaledProduct`` at a div → itself at the matmul that reads it: the div's operands
     row_scaled: dict[Any, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    #: ``RepeatedComputationToFirstValue``, from one node to the next: the first FX node of each computation
+    first_by_computation: dict[Any, Any] = dataclasses.field(default_factory=dict)
     #: the lowering driver → the stock guard: the rules fired that can make the graph launch more than stock
     #: (``LoweringRule.may_add_launches``)
     may_add_launches: set[str] = dataclasses.field(default_factory=set)
-    #: ``UnreadConcatElimination`` → the stock guard: cats kept allocated whose slices read their inputs (buffer
-    #: names); the readers of their pieces may then run before the whole cat is written, raising the peak
+    #: ``UnreadConcatElimination`` and ``RepeatedComputationToFirstValue`` → the stock guard: what they keep alive
+    #: longer (names): cats whose slices read their inputs, so that the readers of their pieces may run before the
+    #: whole cat is written; a value read again where it was computed again
     may_raise_peak: set[str] = dataclasses.field(default_factory=set)
     #: the stock guard → the post-fusion stage: the guard compares this graph's peak (one it lowered again)
     peak_wanted: bool = False

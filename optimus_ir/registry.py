@@ -16,6 +16,7 @@ from optimus_ir.lowering.embedding_bag import (
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
 from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
+from optimus_ir.lowering.repeated_values import RepeatedComputationToFirstValue
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
     CatOfTilingSlicesToView,
@@ -47,6 +48,7 @@ RULES: tuple[Rule, ...] = (
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
     RowScaledMatmulInputToScaledProduct(),
     SharedOperandMatmulsToOneMatmul(),
+    RepeatedComputationToFirstValue(),
     # splitcat, lowering
     SplitCatToPointwise(),
     CatConsumerIntoPieces(),
