@@ -21,8 +21,26 @@ from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
 
-#: the scalings of rows that commute with a product on the right
-_SCALINGS = (aten.div.Tensor, aten.mul.Tensor)
+#: ops that move or repeat a value without changing it, between a divisor and the clamp that bounds it
+_SAME_VALUES = frozenset({aten.view.default, aten._unsafe_view.default, aten.expand.default, aten.unsqueeze.default,
+                          aten.reshape.default, aten.squeeze.dim})
+
+
+def _positive(divisor: Any) -> bool:
+    """Whether the FX value ``divisor`` is clamped to at least a positive number (a mean's counts:
+    ``count.clamp(min=1)``): dividing the product by it then rounds where dividing the input did, and no zero
+    divides (a zero would give inf where the input's division gave nan, or the reverse)."""
+    while isinstance(divisor, torch.fx.Node) and divisor.target in _SAME_VALUES:
+        divisor = divisor.args[0]
+    if not isinstance(divisor, torch.fx.Node):
+        return False
+    if divisor.target is aten.clamp_min.default:
+        low = divisor.args[1]
+    elif divisor.target is aten.clamp.default:
+        low = divisor.args[1] if len(divisor.args) > 1 else divisor.kwargs.get("min")
+    else:
+        return False
+    return isinstance(low, (int, float)) and low > 0
 
 
 def _per_row(scale: Any, rows: int) -> bool:
@@ -38,8 +56,8 @@ def _per_row(scale: Any, rows: int) -> bool:
 
 
 def _scaled_input(scaling: torch.fx.Node) -> bool:
-    """Whether ``scaling`` (a div or mul) scales the rows of a 2-d input read by one matmul alone, as its left
-    operand."""
+    """Whether ``scaling`` (a div) divides the rows of a 2-d input read by one matmul alone, as its left operand,
+    by positive numbers."""
     if len(scaling.args) != 2 or scaling.kwargs or list(scaling.users) == []:
         return False
     (reader,) = scaling.users if len(scaling.users) == 1 else (None,)
@@ -56,12 +74,13 @@ def _scaled_input(scaling: torch.fx.Node) -> bool:
         and tuple(x_val.shape) == tuple(val.shape)
         and val.dtype.is_floating_point
         and _per_row(scale, val.shape[0])
+        and _positive(scale)
     )
 
 
 class RowScaledMatmulInputToScaledProduct(LoweringRule):
-    """``mm(x / r, w)`` (or ``x * r``), ``r`` one value per row, the scaled ``x`` read by this matmul alone →
-    ``mm(x, w) / r[:, :1]``.
+    """``mm(x / r, w)``, ``r`` one value per row and clamped to a positive minimum, the scaled ``x`` read by this
+    matmul alone → ``mm(x, w) / r[:, :1]``.
 
     Before (a mean aggregation of messages, then a Linear)::
 
@@ -76,19 +95,20 @@ class RowScaledMatmulInputToScaledProduct(LoweringRule):
     The rule sees the scaling first, where its operands are at hand, and keeps them (``GraphState.row_scaled``;
     the scaling itself is lowered as stock, and nothing reads it); at the matmul it multiplies the unscaled input
     and scales the product. The product is rounded before it is scaled, where the input was: a difference within
-    float rounding. Static sizes, where Inductor writes Triton kernels.
+    float rounding (a divisor that could be zero or was not clamped is left alone: where the input's division makes
+    nan, the product's would make inf, or the reverse). Static sizes, where Inductor writes Triton kernels.
     """
 
     name = "RowScaledMatmulInputToScaledProduct"
     pass_name = "horizontal"
-    op = (*_SCALINGS, aten.mm.default)
+    op = (aten.div.Tensor, aten.mm.default)
 
     def rewrite(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         node = V.graph.current_node
         if node is None or kwargs or len(args) != 2:
             raise NotApplicable("not a binary op")
         state = graph_state.current()
-        if node.target in _SCALINGS:
+        if node.target is aten.div.Tensor:
             if _scaled_input(node):
                 state.row_scaled[node] = (args[0], args[1])
             raise NotApplicable("the scaling is lowered as stock; the matmul reading it is rewritten")
@@ -106,8 +126,7 @@ class RowScaledMatmulInputToScaledProduct(LoweringRule):
         if scale.get_size()[1] != 1:
             scale = stock_lowering(aten.slice.Tensor)(scale, 1, 0, 1)
         product = stock_lowering(aten.mm.default)(x, args[1])
-        out = stock_lowering(scaling.target)(product, scale)
+        out = stock_lowering(aten.div.Tensor)(product, scale)
         rows, inner = x.get_size()
-        op = "/" if scaling.target is aten.div.Tensor else "*"
-        return out, (f"mm({scaling.name} = {scaling.args[0].name} {op} per-row {scaling.args[1].name}) "
-                     f"({rows}x{inner}x{args[1].get_size()[1]}) → the product {op} the scale, read where it is read")
+        return out, (f"mm({scaling.name} = {scaling.args[0].name} / per-row {scaling.args[1].name}) "
+                     f"({rows}x{inner}x{args[1].get_size()[1]}) → the product / the scale, read where it is read")

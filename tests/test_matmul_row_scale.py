@@ -50,16 +50,21 @@ def test_numerics_in_the_interpreter_inference_and_training():
     torch.testing.assert_close([t.grad for t in inputs if t.requires_grad], want)
 
 
-def test_a_column_scale_or_a_mean_read_elsewhere_stays_stock():
+def test_a_column_scale_a_divisor_not_clamped_or_a_mean_read_elsewhere_stays_stock():
     def column_scale(summed, scale, w):
-        return (summed / scale) @ w.t()
+        return (summed / scale.clamp(min=1)) @ w.t()
+
+    def not_clamped(summed, count, w):  # a zero count: nan where the input is divided, inf where the product is
+        return (summed / count) @ w.t()
 
     def mean_read_twice(summed, count, w):
-        mean = summed / count
+        mean = summed / count.clamp(min=1)
         return mean @ w.t(), mean
 
     summed, count, w = _inputs()
-    for fn, inputs in ((column_scale, (summed, torch.rand(1, 64) + 1, w)), (mean_read_twice, (summed, count + 1, w))):
+    cases = ((column_scale, (summed, torch.rand(1, 64) + 1, w)), (not_clamped, (summed, count, w)),
+             (mean_read_twice, (summed, count.clamp(min=1), w)))
+    for fn, inputs in cases:
         report = compile_report(fn, inputs)
         assert not [r for r in report.rewrites if r.rule == RULE]
         assert "div" in " ".join(report.launches)
