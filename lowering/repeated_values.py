@@ -25,11 +25,18 @@ aten = torch.ops.aten
 _MAX_DEPTH = 8
 
 
+#: ops whose values are not told by their arguments: uninitialized memory
+_UNINITIALIZED = frozenset({"empty", "new_empty", "empty_strided", "new_empty_strided", "empty_like"})
+
+
 def _pure(target: Any) -> bool:
+    """Whether ``target``'s value is told by its arguments: an aten op that mutates nothing, draws no random
+    numbers and does not hand out uninitialized memory."""
     return (
         isinstance(target, torch._ops.OpOverload)
         and not target._schema.is_mutable
         and torch.Tag.nondeterministic_seeded not in target.tags
+        and target.overloadpacket.__name__ not in _UNINITIALIZED
     )
 
 

@@ -56,8 +56,9 @@ def test_a_computation_names_inputs_and_pure_ops_and_nothing_random():
     first, second = (graph.call_function(torch.ops.aten.select.int, (a, 0, 1)) for _ in range(2))
     other = graph.call_function(torch.ops.aten.select.int, (b, 0, 1))
     noise = graph.call_function(torch.ops.aten.rand_like.default, (a,))
+    garbage = graph.call_function(torch.ops.aten.empty.memory_format, ([4],))
     assert computation(first) == computation(second) != computation(other)
-    assert computation(noise) is None
+    assert computation(noise) is None and computation(garbage) is None
 
 
 def test_numerics_in_the_interpreter():
