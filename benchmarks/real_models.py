@@ -3,7 +3,8 @@ Inductor, Inductor with ``combo_kernels=True`` and optimus_ir, in the same run, 
 in ``benchmarks/real_zoo.py``: by default the issue-30 set (a torch_geometric ``to_hetero`` GraphSAGE,
 ShuffleNetV2, Inception-v3, MixNet-S, a tiny Mixtral MoE, the DLRM-style model with 26 tables); ``--set issue33``:
 split → layer norm → tanh → cat at three scales, at 48 × 4 in bf16 and with pieces of unequal widths, and at
-16 × 4 in bf16 with pieces of unequal widths and 8192 rows (issue 33); ``--set more``: the transformers and timm models measured
+16 × 4 in bf16 with pieces of unequal widths and 8192 rows (issue 33); ``--set gnn``: the hetero GNN with SAGE
+(mean and max aggregation) and GAT convolutions; ``--set more``: the transformers and timm models measured
 first (BERT, GPT-2, T5 encoder, Llama, ViT, ResNet-50, ConvNeXt-tiny).
 Random weights, no downloads.
 

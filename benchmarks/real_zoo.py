@@ -1,9 +1,10 @@
 """The models of ``python -m benchmarks real``, built from their libraries' configs, random weights, no downloads.
 
-Four sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
+Five sets. ``issue30``: the kinds of model on which the horizontal pass barely fired (issue 30): a heterogeneous
 GNN, CNNs with channel splits and parallel branches, an MoE transformer, the DLRM-style model. ``issue31``: a
 sparse arch of 8, 26 and 100 embedding-bag tables with jagged features (runtime offsets). ``issue33``: the
-split → layer norm → tanh → cat case at 48 pieces x 4 layers, 96 x 8 and 192 x 16. ``more``: the
+split → layer norm → tanh → cat case at 48 pieces x 4 layers, 96 x 8 and 192 x 16. ``gnn``: the hetero GNN of
+SAGE convolutions, mean (as in ``issue30``) and max aggregation, and of GAT convolutions. ``more``: the
 transformers and timm models measured first, on which optimus_ir's kernels were stock's. torchvision, timm,
 transformers and torch_geometric are imported by the builders only: they are no dependencies of optimus_ir, and a
 missing one fails the rows of its models, not the run.
@@ -43,18 +44,18 @@ HETERO_HOPS = {"r0": 1, "r1": 3}
 HETERO_FEATURES, HETERO_EDGES = 64, 4000
 
 
-def _hetero_sage() -> Built:
-    """torch_geometric's ``to_hetero`` of a two-layer GraphSAGE over a HeteroData of 8 node types (500 to 1900
-    nodes, 64 features) and 16 edge types (4000 random edges each): per layer one SAGEConv per edge type, summed
-    per destination type."""
+def _hetero(conv: Callable[[int, int], nn.Module]) -> Built:
+    """torch_geometric's ``to_hetero`` of a two-layer GNN of ``conv(in, out)`` layers over a HeteroData of 8 node
+    types (500 to 1900 nodes, 64 features) and 16 edge types (4000 random edges each): per layer one convolution
+    per edge type, summed per destination type."""
     from torch_geometric.data import HeteroData
-    from torch_geometric.nn import SAGEConv, to_hetero
+    from torch_geometric.nn import to_hetero
 
-    class GraphSAGE(nn.Module):
+    class GNN(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1 = SAGEConv((HETERO_FEATURES, HETERO_FEATURES), 64)
-            self.conv2 = SAGEConv((64, 64), 32)
+            self.conv1 = conv(HETERO_FEATURES, 64)
+            self.conv2 = conv(64, 32)
 
         def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
             return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
@@ -67,8 +68,29 @@ def _hetero_sage() -> Built:
             target = HETERO_NODE_TYPES[(i + hop) % len(HETERO_NODE_TYPES)]
             ends = [torch.randint(0, data[t].num_nodes, (HETERO_EDGES,)) for t in (source, target)]
             data[source, relation, target].edge_index = torch.stack(ends)
-    model = to_hetero(GraphSAGE(), data.metadata(), aggr="sum")
+    model = to_hetero(GNN(), data.metadata(), aggr="sum")
     return model, (data.x_dict, data.edge_index_dict)
+
+
+def _hetero_sage() -> Built:
+    """The hetero GNN of SAGE convolutions (mean aggregation)."""
+    from torch_geometric.nn import SAGEConv
+
+    return _hetero(lambda i, o: SAGEConv((i, i), o))
+
+
+def _hetero_sage_max() -> Built:
+    """The hetero GNN of SAGE convolutions with max aggregation (a scatter-reduce, not a sum)."""
+    from torch_geometric.nn import SAGEConv
+
+    return _hetero(lambda i, o: SAGEConv((i, i), o, aggr="max"))
+
+
+def _hetero_gat() -> Built:
+    """The hetero GNN of GAT convolutions (attention softmax over each node's incoming edges, one head)."""
+    from torch_geometric.nn import GATConv
+
+    return _hetero(lambda i, o: GATConv((i, i), o, add_self_loops=False))
 
 
 def _images(batch: int = 8, size: int = 224) -> tuple[torch.Tensor]:
@@ -270,6 +292,11 @@ SETS: dict[str, list[RealModel]] = {
         # the backward whose split/cat views raised the peak before the guard compared peaks; 8192 rows, so that
         # the backward's tensors make the step's peak
         RealModel("seed-16x4-bf16-unequal", _seed(16, 4, torch.bfloat16, unequal=True, rows=8192)),
+    ],
+    "gnn": [
+        RealModel("hetero-sage", _hetero_sage),
+        RealModel("hetero-sage-max", _hetero_sage_max),
+        RealModel("hetero-gat", _hetero_gat),
     ],
     "more": [
         RealModel("bert", _bert),
