@@ -85,8 +85,12 @@ WARMUP, REPEAT, ROUNDS = 3, 20, 5
 
 
 def select(set_name: str, only: list[str] | None) -> list[RealModel]:
-    """The models named in ``only`` (of any set), else those of ``set_name`` ("all": every set)."""
-    every = [model for models in SETS.values() for model in models]
+    """The models named in ``only`` (of any set), else those of ``set_name`` ("all": every set); a model of
+    several sets once."""
+    by_name: dict[str, RealModel] = {}
+    for model in (model for models in SETS.values() for model in models):
+        by_name.setdefault(model.name, model)
+    every = list(by_name.values())
     if only:
         return [model for model in every if model.name in only]
     return every if set_name == "all" else SETS[set_name]
