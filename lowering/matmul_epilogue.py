@@ -15,7 +15,7 @@ from torch._inductor.lowering import lowerings
 from torch._inductor.virtualized import V
 
 from optimus_ir import index_math
-from optimus_ir.lowering import triton_kernels
+from optimus_ir.lowering import boxed, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
@@ -96,7 +96,6 @@ class MatmulBiasReluToAddmmActivation(LoweringRule):
         matmul = _extern_matmul(x)
         if matmul is None or len(matmul.inputs) not in (2, 3):
             raise Reject(f"the matmul {mm.name} is not one extern kernel (mm or addmm)")
-        x_in, w_in = (ir.TensorBox(t) if isinstance(t, ir.ReinterpretView) else ir.TensorBox.create(t)
-                      for t in matmul.inputs[-2:])
+        x_in, w_in = (boxed(t) for t in matmul.inputs[-2:])
         out = lowerings[aten._addmm_activation.default](b, x_in, w_in)
         return out, f"{mm.name} + {bias.name} then relu ({rows}x{width}) → one _addmm_activation call"

@@ -20,7 +20,7 @@ from torch._inductor.virtualized import V
 
 from optimus_ir import graph_state, index_math
 from optimus_ir.drivers import stock_lowering
-from optimus_ir.lowering import triton_kernels
+from optimus_ir.lowering import boxed, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
@@ -74,10 +74,6 @@ def _buffers_of(values: list[Any], adds: set[torch.fx.Node]) -> dict[torch.fx.No
         elif origin is not None:
             found.setdefault(origin, buffer)
     return found
-
-
-def _box(node: Any) -> Any:
-    return ir.TensorBox(node) if isinstance(node, ir.ReinterpretView) else ir.TensorBox.create(node)
 
 
 class SharedOperandMatmulsToOneMatmul(LoweringRule):
@@ -147,7 +143,7 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
             elif term in graph_state.current().rule_values:
                 values[term] = graph_state.current().rule_values[term]
             elif term in buffers:
-                values[term] = _box(buffers[term])
+                values[term] = boxed(buffers[term])
             else:
                 raise Reject(f"the term {term.name} is computed inline, not a buffer the sum reads")
         dtype = next(iter(dtypes))
@@ -155,10 +151,10 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
             raise Reject(f"terms of another dtype than the products' {dtype}: the sum's promotions would move")
         add = stock_lowering(aten.add.Tensor)  # this rule stands in add's lowering
         for mms in shared.values():
-            right = _box(operands[mms[0]][1])
+            right = boxed(operands[mms[0]][1])
             for m in mms[1:]:
-                right = add(right, _box(operands[m][1]))
-            values[mms[0]] = stock_lowering(aten.mm.default)(_box(operands[mms[0]][0]), right)
+                right = add(right, boxed(operands[m][1]))
+            values[mms[0]] = stock_lowering(aten.mm.default)(boxed(operands[mms[0]][0]), right)
             values.update((m, None) for m in mms[1:])  # in the first one's product
 
         def value(node: Any) -> Any:  # the sum in the FX graph's order, so that the other terms round as they did

@@ -17,6 +17,7 @@ from torch._inductor import ir
 from torch._inductor.virtualized import V
 
 from optimus_ir import graph_state
+from optimus_ir.lowering import boxed
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
@@ -71,7 +72,7 @@ def _value_of(node: torch.fx.Node) -> Any:
         return None
     if list(found[0].get_size()) != list(node.meta["val"].shape):
         return None
-    return ir.TensorBox.create(found[0])
+    return boxed(found[0])
 
 
 class RepeatedComputationToFirstValue(LoweringRule):
