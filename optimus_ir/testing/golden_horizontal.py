@@ -269,3 +269,25 @@ HORIZONTAL_CASES.append(
         atol=1e-4,
     )
 )
+
+
+def mean_then_linear(summed, count, w):
+    """A mean aggregation (messages summed per node, divided by the node's clamped edge count), then a Linear
+    without bias and a relu."""
+    return torch.relu((summed / count.clamp(min=1)) @ w.t())
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "mean_then_linear",
+        mean_then_linear,
+        lambda: (torch.randn(300, 64), (torch.rand(300, 1) * 4).floor(), torch.randn(32, 64)),
+        # stock: the mean (a kernel and a buffer), the matmul, the relu; optimus_ir: the matmul of the sums, the
+        # division by the counts in the relu's kernel
+        3,
+        2,
+        ("RowScaledMatmulInputToScaledProduct",),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+)
