@@ -13,9 +13,11 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagToSegmentSum,
 )
+from optimus_ir.lowering.gram_entries import SelectedGramEntriesToDotProducts
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
 from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
+from optimus_ir.lowering.matvec import MatvecToRowReduction
 from optimus_ir.lowering.repeated_values import RepeatedComputationToFirstValue
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
 from optimus_ir.lowering.views import (
@@ -49,6 +51,8 @@ RULES: tuple[Rule, ...] = (
     RowScaledMatmulInputToScaledProduct(),
     SharedOperandMatmulsToOneMatmul(),
     RepeatedComputationToFirstValue(),
+    MatvecToRowReduction(),
+    SelectedGramEntriesToDotProducts(),
     # splitcat, lowering
     SplitCatToPointwise(),
     CatConsumerIntoPieces(),

@@ -291,3 +291,31 @@ HORIZONTAL_CASES.append(
         rtol=1e-4,
     )
 )
+
+
+def dlrm_interaction_and_logit(stacked, rows, cols, w, b):
+    """DLRM's top: the lower triangle of the pairwise dot products of the stacked features (the bottom MLP's output
+    and the pooled embeddings), a Linear to one logit and its sigmoid."""
+    dots = torch.bmm(stacked, stacked.transpose(1, 2))
+    return torch.sigmoid(F.linear(dots[:, rows, cols], w, b))
+
+
+def _interaction_inputs() -> tuple[torch.Tensor, ...]:
+    rows, cols = torch.tril_indices(7, 7, offset=-1)
+    return torch.randn(40, 7, 16), rows, cols, torch.randn(1, 21), torch.randn(1)
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "dlrm_interaction_and_logit",
+        dlrm_interaction_and_logit,
+        _interaction_inputs,
+        # stock: the bmm, the gather of the pairs, the matvec, the bias and sigmoid; optimus_ir: the pairs' dot
+        # products (indirect loads, no [40, 7, 7] buffer), the logit's row reduction with its bias and sigmoid
+        4,
+        2,
+        ("SelectedGramEntriesToDotProducts", "MatvecToRowReduction"),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+)
