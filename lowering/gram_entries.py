@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch._inductor import ir
+from torch._inductor.runtime.hints import ReductionHint
 from torch._inductor.virtualized import V, ops
 
 from optimus_ir import index_math
@@ -25,6 +26,15 @@ aten = torch.ops.aten
 
 #: dtypes whose products are accumulated in fp32, as cuBLAS does
 _DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+#: the pairs' reduction runs along a row of ``s``, contiguous: Inductor's hint for such a reduction where it sees the
+#: loads (it sees none through the indirect rows); ``python -m benchmarks gram-entries`` times it against the default
+REDUCTION_HINT = ReductionHint.INNER
+
+#: the most products (batch x pairs x width) taken this way: each pair reads its two rows again, where a bmm reuses
+#: them, so the kernel costs more device time than the bmm and gather it replaces; below this, a saved launch is
+#: worth more than that (``python -m benchmarks gram-entries``)
+MAX_PRODUCTS = 1 << 26
 
 #: FX ops that swap the last two dimensions of a 3-d tensor, with the arguments that say so
 _TRANSPOSES = {aten.permute.default: ([0, 2, 1],), aten.transpose.int: ((1, 2), (2, 1), (-1, -2), (-2, -1))}
@@ -84,9 +94,9 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
         buf2 = Reduction(sum over r0 < 64 of buf0[1728*i0 + 64*rows[i1] + r0] * buf0[1728*i0 + 64*cols[i1] + r0])
         # buf1 is never made; out-of-range ids fail the kernel's bounds assert, as the gather's do
 
-    The sums run in another order than cuBLAS's: a difference within float rounding. Static sizes; fp32, fp16 or
-    bf16, where Inductor writes Triton kernels; any integer ``rows`` and ``cols`` of one length (graph inputs or
-    computed).
+    The sums run in another order than cuBLAS's: a difference within float rounding. Static sizes, at most
+    ``MAX_PRODUCTS`` products; fp32, fp16 or bf16, where Inductor writes Triton kernels; any integer ``rows`` and
+    ``cols`` of one length (graph inputs or computed).
     """
 
     name = "SelectedGramEntriesToDotProducts"
@@ -117,6 +127,8 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
         pairs = rows.get_size()[0]
         if not index_math.is_static([batch, count, width, pairs, cols.get_size()[0]]) or pairs != cols.get_size()[0]:
             raise Reject("symbolic sizes, or rows and cols of different lengths")
+        if batch * pairs * width > MAX_PRODUCTS:
+            raise Reject(f"{batch}x{pairs} pairs of {width}: above {MAX_PRODUCTS} products, the bmm reuses rows better")
         load, row_of, col_of = boxed(left).make_loader(), rows.make_loader(), cols.make_loader()
 
         def product(index: list[Any], reduction_index: list[Any]) -> Any:
@@ -127,7 +139,7 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
 
         out = ir.Reduction.create(device=device, dst_dtype=torch.float32, src_dtype=torch.float32,
                                   inner_fn=product, ranges=[batch, pairs], reduction_ranges=[width],
-                                  reduction_type="sum")
+                                  reduction_type="sum", reduction_hint=REDUCTION_HINT)
         out.realize()
         if dtype != torch.float32:
             out = stock_lowering(torch.ops.prims.convert_element_type.default)(out, dtype)

@@ -2,11 +2,14 @@
 reduction kernel with indirect loads, what it leaves alone, and the numerics against eager through Triton's
 interpreter."""
 
+from unittest import mock
+
 import torch
 
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.lowering import gram_entries
 from optimus_ir.records import recording
 
 RULE = "SelectedGramEntriesToDotProducts"
@@ -81,3 +84,16 @@ def test_a_product_of_two_tensors_or_a_gram_matrix_read_elsewhere_stays_stock():
         report = compile_report(fn, (bottom, pooled, rows, cols), passes="horizontal")
         assert not [r for r in report.rewrites if r.rule == RULE and r.fired], fn.__name__
         assert "extern_kernels.bmm" in report.launches, fn.__name__
+
+
+def test_more_products_than_the_ceiling_stay_a_bmm():
+    """Each pair reads its rows again where a bmm reuses them: above ``MAX_PRODUCTS`` the device time the kernel
+    costs outweighs the launch it saves."""
+    _, _, rows, cols = _inputs()
+    stacked = torch.randn(4, 7, 16)
+    with mock.patch.object(gram_entries, "MAX_PRODUCTS", 4 * 21 * 16 - 1):
+        report = compile_report(lambda s, r, c: torch.bmm(s, s.transpose(1, 2))[:, r, c], (stacked, rows, cols),
+                                passes="horizontal")
+    (rejected,) = [r for r in report.rewrites if r.rule == RULE]
+    assert not rejected.fired and "products" in rejected.detail
+    assert "extern_kernels.bmm" in report.launches
