@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report-modules": ("benchmarks.probes.report_modules", "compile_report on real modules torch.compile takes"),
     "guard-cost": ("benchmarks.probes.guard_cost", "compile seconds with and without the stock guard (no GPU needed)"),
     "guard-records": ("benchmarks.probes.guard_records", "the stock guard's decisions in a compile as the real suite's"),
+    "seed-scale": ("benchmarks.probes.seed_scale", "issue 33's seed at full size: first call, kernels, ms per call, by variant in processes of their own"),
     "gram-entries": ("benchmarks.probes.gram_entries", "DLRM's interaction: bmm and gather against the kept pairs' dot products"),
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
     "flat-transpose-cost": ("benchmarks.probes.flat_transpose_cost", "transposes over one flat index against 2-d "

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import VARIANTS, cold_compile, header, variant_context, write_results
-from benchmarks.real_models import all_models
+from benchmarks.real_models import prepared_case
 from benchmarks.suite import parse_case, prepare
 from optimus_ir.records import recording
 
@@ -38,10 +38,9 @@ def main() -> None:
     parser.add_argument("models", nargs="+", help="real models (python -m benchmarks real) or suite cases W/S/D/M")
     args = parser.parse_args()
     variants = {v.name: v for v in VARIANTS}
-    models = {name: (build, make_inputs) for name, build, make_inputs in all_models()}
     rows, phase_rows = [], []
     for name in args.models:
-        first_call = _suite_first_call(name) if "/" in name else _model_first_call(*models[name])
+        first_call = _suite_first_call(name) if name.count("/") > 1 else _model_first_call(name)
         seconds: dict[str, list[float]] = {"stock": [], "optimus_ir": []}
         phases: dict[str, list[dict[str, tuple[float, int]]]] = {"stock": [], "optimus_ir": []}
         for letter in ORDER:
@@ -88,11 +87,11 @@ def _phase_rows(name: str, phases: dict[str, list[dict[str, tuple[float, int]]]]
     return rows
 
 
-def _model_first_call(build: Callable[[], torch.nn.Module], make_inputs: Callable[[], tuple]) -> Callable[[], float]:
-    """Seconds of a real model's first call in inference, compiled in the current settings."""
+def _model_first_call(name: str) -> Callable[[], float]:
+    """Seconds of a real model's first call in inference (``name``, or ``name/inference``), compiled in the current
+    settings."""
     torch.manual_seed(0)
-    module = build().eval().cuda()
-    inputs = tuple(t.cuda() for t in make_inputs())
+    _, _, module, inputs = prepared_case(f"{name.partition('/')[0]}/inference", "cuda")
     with torch.no_grad():
         module(*inputs)
 

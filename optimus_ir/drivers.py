@@ -15,7 +15,7 @@ from typing import Any
 from optimus_ir import graph_state
 from optimus_ir.passes import enabled_passes
 from optimus_ir.records import record
-from optimus_ir.rule import LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
+from optimus_ir.rule import GraphRule, LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
 
 __all__ = ["LoweringDriver", "prepare_joint_graph", "run_scheduler_rules", "run_wrapper_rules", "stock_lowering"]
 
@@ -67,6 +67,32 @@ def stock_lowering(op: Any) -> Callable[..., Any]:
 
     lowering = lowerings[op]
     return lowering.stock if isinstance(lowering, LoweringDriver) else lowering
+
+
+def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
+    """``config.pre_grad_custom_pass``: the enabled ``rules`` on Dynamo's graph, in order. A rule that raises gets
+    the graph back as it was before it (a copy, put back in its module)."""
+    import torch
+
+    from torch._dynamo.utils import dynamo_timed
+
+    for rule in rules:
+        if rule.pass_name not in enabled_passes():
+            continue
+        kept, copies = torch.fx.Graph(), {}
+        kept.output(kept.graph_copy(graph, copies))
+        for node, copy in copies.items():  # what Dynamo sets on nodes beyond their meta (``_dynamo_source``)
+            for name, value in vars(node).items():
+                vars(copy).setdefault(name, value)
+        try:
+            with dynamo_timed(f"optimus_ir.{rule.name}"):
+                rule.rewrite(graph)
+            graph.lint()
+        except Exception as error:  # a rule must never fail a compile
+            log.warning("optimus_ir rule %s raised; Dynamo's graph put back as it was", rule.name, exc_info=True)
+            record(rule.name, False, ["<graph>"], f"internal error {error!r}; the graph put back as it was")
+            graph.owning_module.graph = kept
+            graph = kept
 
 
 def prepare_joint_graph(rules: Sequence[LoweringRule], graph: Any) -> None:

@@ -6,6 +6,8 @@ While a pass is enabled, once ``torch._inductor.config`` is imported (:func:`ins
   (version and a hash of its sources) and the enabled passes. It is the hook Inductor puts in its FX-graph and
   AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. Its
   first call (a cache miss, just before lowering) installs the compile hooks below;
+- ``config.pre_grad_custom_pass``: the graph rules on Dynamo's graph, before AOTAutograd (Inductor keys no cache
+  by it; the graph they leave is what the caches key);
 - ``config.joint_custom_post_pass`` (keyed the same way): the lowering rules' preparation of the joint graph;
 - ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
   scheduler rules before and after Inductor's fusion (after them, the schedule's estimated peak, where the guard
@@ -124,6 +126,18 @@ def post_fusion_pass(nodes: list[Any]) -> list[Any]:
     return nodes
 
 
+def pre_grad_pass(graph: Any) -> None:
+    """``config.pre_grad_custom_pass``: whatever the user had installed there, then the graph rules."""
+    import torch._inductor.config as config
+
+    from optimus_ir import registry
+
+    chained = PATCHES.original(config, "pre_grad_custom_pass")
+    if chained is not None:
+        chained(graph)
+    drivers.run_graph_rules(registry.rules_of(Stage.PRE_GRAD), graph)
+
+
 def install_config_hooks() -> None:
     """The config hooks (cache-keyed); the compile hooks wait for the first compile."""
     import torch._inductor.config as config
@@ -132,6 +146,7 @@ def install_config_hooks() -> None:
     PATCHES.replace(config, "post_grad_custom_post_pass", post_grad)
     PATCHES.replace(config, "_pre_fusion_custom_pass", pre_fusion)
     PATCHES.replace(config, "joint_custom_post_pass", joint)
+    PATCHES.replace(config, "pre_grad_custom_pass", lambda _: pre_grad_pass)
     PATCHES.replace(config, "_post_fusion_custom_pass", lambda _: post_fusion_pass)
     after_import("torch._inductor.codecache", _install_cache_hook)
 

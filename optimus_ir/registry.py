@@ -13,6 +13,7 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagToSegmentSum,
 )
+from optimus_ir.lowering.grouped_layer_norm import PieceLayerNormsToOneLayerNorm
 from optimus_ir.lowering.gram_entries import SelectedGramEntriesToDotProducts
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
@@ -26,7 +27,7 @@ from optimus_ir.lowering.views import (
     SplitOfCatToInputs,
     SplitWithSizesOfCatToInputs,
 )
-from optimus_ir.rule import LoweringRule, SchedulerRule, Stage, WrapperRule
+from optimus_ir.rule import GraphRule, LoweringRule, SchedulerRule, Stage, WrapperRule
 from optimus_ir.scheduler_hooks.dead_folded_cats import DeadFoldedCatElimination
 from optimus_ir.scheduler_hooks.horizontal.rule import IdenticalKernelsToMemberTableKernel
 from optimus_ir.scheduler_hooks.input_checks import InputAlignmentCheckedByMemberTables, InputAssertsToOneCheck
@@ -36,9 +37,11 @@ from optimus_ir.scheduler_hooks.unread_concats import UnreadConcatElimination
 
 __all__ = ["RULES", "rules_of"]
 
-Rule = LoweringRule | SchedulerRule | WrapperRule
+Rule = GraphRule | LoweringRule | SchedulerRule | WrapperRule
 
 RULES: tuple[Rule, ...] = (
+    # splitcat, Dynamo's graph
+    PieceLayerNormsToOneLayerNorm(),
     # splitcat, lowering
     CatOfTilingSlicesToView(),
     SliceOfCatToInput(),

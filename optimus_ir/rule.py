@@ -2,6 +2,11 @@
 
 A rule is one small class with a docstring that shows the IR before and after. By stage:
 
+- :class:`GraphRule` (``Stage.PRE_GRAD``) rewrites Dynamo's FX graph before AOTAutograd traces it (Inductor's
+  ``pre_grad_custom_pass``): only where what follows would otherwise be traced, differentiated and lowered once per
+  piece. Its ``rewrite`` edits the graph in place, checking a candidate whole before changing it, and reports
+  through :func:`optimus_ir.records.record`.
+
 - :class:`LoweringRule` (``Stage.LOWERING``) replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs
   it recognizes. Its ``rewrite`` returns ``(ir_result, what_it_did)`` or raises :class:`Reject` with the reason; the
   driver then tries the next rule and finally the stock lowering.
@@ -20,12 +25,13 @@ from __future__ import annotations
 import enum
 from typing import Any, ClassVar
 
-__all__ = ["LoweringRule", "NotApplicable", "Reject", "SchedulerRule", "Stage", "WrapperRule"]
+__all__ = ["GraphRule", "LoweringRule", "NotApplicable", "Reject", "SchedulerRule", "Stage", "WrapperRule"]
 
 
 class Stage(enum.Enum):
     """Where in Inductor's compile a rule runs, in compile order."""
 
+    PRE_GRAD = "pre_grad"  # on Dynamo's FX graph, before AOTAutograd
     LOWERING = "lowering"  # in place of an aten op's lowering (and, before it, on the joint graph)
     PRE_SCHEDULER = "pre_scheduler"  # on ``V.graph.operations``, before the scheduler traces their bodies
     PRE_FUSION = "pre_fusion"  # on the scheduler's nodes, before Inductor's fusion
@@ -40,6 +46,17 @@ class Reject(Exception):
 class NotApplicable(Reject):
     """Raised by a rule for inputs that are not of its kind at all (a slice of something that is not a cat): the
     driver moves on without recording it, so the dump lists the decisions about real candidates only."""
+
+
+class GraphRule:
+    """Base of rules that rewrite Dynamo's FX graph before AOTAutograd (see :class:`Stage`)."""
+
+    name: ClassVar[str]
+    pass_name: ClassVar[str]
+    stage: ClassVar[Stage] = Stage.PRE_GRAD
+
+    def rewrite(self, graph: Any) -> None:
+        raise NotImplementedError
 
 
 class LoweringRule:

@@ -429,6 +429,9 @@ def generate(
     on_cpu = not any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
 
     def trace(gm: torch.fx.GraphModule, inputs: list[Any]) -> list[_Graph]:
+        if inductor_config.pre_grad_custom_pass is not None:  # as compile_fx's pre-grad passes end
+            inductor_config.pre_grad_custom_pass(gm.graph)
+            gm.recompile()
         return _aot_graphs(gm, inputs, training is not False and requires_grad(inputs))
 
     with (

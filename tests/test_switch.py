@@ -210,13 +210,13 @@ def test_cache_keys_separate_passes_and_package_versions(tmp_path, monkeypatch):
         assert compile_once()[:2] != (0, 0)  # off again: the stock entry is served
 
 
-def test_scheduler_rules_seconds_are_in_inductors_compile_time_metrics():
-    """Each scheduler rule's time is a ``dynamo_timed`` entry of its own, beside Inductor's phases, so that
-    ``torch._dynamo.utils.compile_times()`` shows what optimus_ir adds to a compile."""
+def test_scheduler_and_graph_rules_seconds_are_in_inductors_compile_time_metrics():
+    """Each scheduler rule's and graph rule's time is a ``dynamo_timed`` entry of its own, beside Inductor's phases,
+    so that ``torch._dynamo.utils.compile_times()`` shows what optimus_ir adds to a compile."""
     from torch._dynamo.utils import compilation_time_metrics
 
     from optimus_ir.registry import RULES
-    from optimus_ir.rule import SchedulerRule
+    from optimus_ir.rule import GraphRule, SchedulerRule
 
     x = torch.randn(4, 96)
     with torch._inductor.config.patch(force_disable_caches=True):
@@ -228,6 +228,6 @@ def test_scheduler_rules_seconds_are_in_inductors_compile_time_metrics():
             torch._dynamo.reset()
             torch.compile(_split_relu_cat)(x)
     timed = {key: values for key, values in compilation_time_metrics.items() if key.startswith("optimus_ir.")}
-    assert set(timed) == {f"optimus_ir.{rule.name}" for rule in RULES if isinstance(rule, SchedulerRule)}
+    assert set(timed) == {f"optimus_ir.{rule.name}" for rule in RULES if isinstance(rule, (SchedulerRule, GraphRule))}
     assert all(len(values) == 1 and values[0] >= 0 for values in timed.values())
     assert "Scheduler.__init__" in compilation_time_metrics

@@ -264,3 +264,30 @@ SPLITCAT_CASES = [
         ("SliceOfCatToInput", "UnreadConcatElimination"),
     ),
 ]
+
+
+def split_layer_norm_tanh_cat(x, *params):
+    """Issue 33's seed, two layers of twelve pieces of 32: split, each piece layer-normed with its own weight and bias
+    (``params``: per layer and piece, a weight then a bias), tanh, cat."""
+    params = iter(params)
+    for _ in range(2):
+        x = torch.cat([torch.tanh(F.layer_norm(piece, (32,), next(params), next(params))) for piece in x.split(32, 1)],
+                      dim=1)
+    return x
+
+
+SPLITCAT_CASES.append(
+    Case(
+        "split_layer_norm_tanh_cat",
+        split_layer_norm_tanh_cat,
+        lambda: (torch.randn(64, 384), *(torch.randn(32) for _ in range(2 * 12 * 2))),
+        # stock: per layer and piece a kernel of its norm and tanh; optimus_ir: per layer one layer norm over
+        # [64, 12, 32] (PieceLayerNormsToOneLayerNorm, in Dynamo's graph), both layers in one kernel, and the
+        # weights' and biases' concatenations (48 copies of 32 values, merged into one kernel)
+        24,
+        2,
+        ("PieceLayerNormsToOneLayerNorm",),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+)

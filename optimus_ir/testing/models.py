@@ -116,6 +116,28 @@ class DLRM(nn.Module):
         return dense, sparse
 
 
+# ----------------------------------------------------------------------------------------------- issue 33
+
+
+class SplitLayerNormTanhCat(nn.Module):
+    """The scale case of issue 33 (the Optimus write-up's pattern): per layer, split the features into pieces of
+    ``width`` (``x.split(width)``), or of the ``widths`` given (``split_with_sizes`` where they differ), layer-norm
+    each piece with its own weight and bias, tanh, cat back; ``layers`` layers."""
+
+    def __init__(self, pieces: int, layers: int, width: int = 32, widths: list[int] | None = None) -> None:
+        super().__init__()
+        self.widths = widths or [width] * pieces
+        self.layers = layers
+        self.norms = nn.ModuleList(nn.LayerNorm(w) for _ in range(layers) for w in self.widths)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norms = iter(self.norms)
+        split = self.widths[0] if len(set(self.widths)) == 1 else self.widths
+        for _ in range(self.layers):
+            x = torch.cat([torch.tanh(next(norms)(piece)) for piece in x.split(split, dim=1)], dim=1)
+        return x
+
+
 # ----------------------------------------------------------------------------------------------- multi-task
 
 

@@ -25,7 +25,7 @@ from optimus_ir.scheduler_hooks.horizontal.tuning import (
     RULE,
     block_alignment,
 )
-from optimus_ir.scheduler_hooks.node_graph import independent
+from optimus_ir.scheduler_hooks.node_graph import IndependentSet, independent
 
 #: A candidate: a scheduler node and its structure. A group: candidates to merge, and whether it is a row
 #: reduction (else pointwise).
@@ -139,20 +139,22 @@ def _fits(unit: ClassUnit, kept: list[ClassUnit]) -> bool:
 
 def _independent_groups(candidates: list[tuple[Any, Structure]]) -> list[list[tuple[Any, Structure]]]:
     """Greedy partition, in schedule order, into sets with no path between any two members."""
-    groups: list[list[tuple[Any, Structure]]] = []
+    groups: list[tuple[IndependentSet, list[tuple[Any, Structure]]]] = []
     for candidate in candidates:
-        for group in groups:
-            if len(group) < MAX_MEMBERS and independent(candidate[0], [m for m, _ in group]):
+        for nodes, group in groups:
+            if len(group) < MAX_MEMBERS and nodes.admits(candidate[0]):
+                nodes.add(candidate[0])
                 group.append(candidate)
                 break
         else:
-            groups.append([candidate])
-    for group in groups[1:]:
+            groups.append((IndependentSet(), [candidate]))
+            groups[-1][0].add(candidate[0])
+    for _, group in groups[1:]:
         record(
             RULE, False, [m.get_name() for m, _ in group],
-            f"depend on members of the group of {groups[0][0][0].get_name()} (or over {MAX_MEMBERS}); own group",
+            f"depend on members of the group of {groups[0][1][0][0].get_name()} (or over {MAX_MEMBERS}); own group",
         )
-    return [g for g in groups if len(g) > 1]
+    return [g for _, g in groups if len(g) > 1]
 
 
 def _size_classes(group: list[tuple[Any, Structure]], reduction: bool) -> list[list[tuple[Any, Structure]]]:
@@ -175,18 +177,47 @@ def _cut_by_padding(items: list[T], reduction: bool, structures: Callable[[T], l
     blocks of the largest would cost more than a launch: an item that would make its part too padded starts the
     next part."""
     parts: list[list[T]] = []
+    padding = _Padding(reduction)
     for item in sorted(items, key=lambda item: max(s.numel for s in structures(item))):
-        if parts and not _too_padded([(None, s) for i in [*parts[-1], item] for s in structures(i)], reduction):
-            parts[-1].append(item)
-        else:
-            parts.append([item])
+        numels = [s.numel for s in structures(item)]
+        if not parts or padding.too_much_with(numels):
+            parts.append([])
+            padding = _Padding(reduction)
+        parts[-1].append(item)
+        padding.add(numels)
     return parts
 
 
-def _too_padded(group: list[tuple[Any, Structure]], reduction: bool) -> bool:
-    """Whether padding the members to whole blocks costs more than a split would (see ``MAX_PADDING``)."""
-    align = block_alignment(max(s.numel for _, s in group), reduction)
-    real = sum(s.numel for _, s in group)
-    padding = sum(-(-s.numel // align) * align for _, s in group) - real
-    empty_blocks = padding if reduction else padding / 1024
-    return (real + padding) > MAX_PADDING * real and empty_blocks > MAX_EMPTY_BLOCKS
+class _Padding:
+    """A part's members padded to whole blocks of its largest member's alignment (``MAX_PADDING``), kept as members
+    join smallest first: the padded sum is redone only when a new largest member changes the alignment, so a part
+    of thousands of members of a few sizes costs linear time, not quadratic."""
+
+    def __init__(self, reduction: bool) -> None:
+        self.reduction = reduction
+        self.numels: list[int] = []
+        self.largest = 0
+        self.real = 0
+        self.align = 0
+        self.padded = 0  # the members' numels rounded up to ``align``, summed
+
+    def _aligned(self, largest: int) -> int:
+        align = block_alignment(largest, self.reduction)
+        if align != self.align:
+            self.align, self.padded = align, sum(-(-n // align) * align for n in self.numels)
+        return align
+
+    def too_much_with(self, numels: list[int]) -> bool:
+        """Whether the part with members of ``numels`` added costs more than a split would (see ``MAX_PADDING``)."""
+        align = self._aligned(max(self.largest, *numels))
+        real = self.real + sum(numels)
+        padding = self.padded + sum(-(-n // align) * align for n in numels) - real
+        empty_blocks = padding if self.reduction else padding / 1024
+        return (real + padding) > MAX_PADDING * real and empty_blocks > MAX_EMPTY_BLOCKS
+
+    def add(self, numels: list[int]) -> None:
+        align = self._aligned(max(self.largest, *numels))
+        self.largest = max(self.largest, *numels)
+        self.numels.extend(numels)
+        self.real += sum(numels)
+        self.padded += sum(-(-n // align) * align for n in numels)

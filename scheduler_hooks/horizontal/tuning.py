@@ -17,8 +17,9 @@ CLASS_TILE_NARROW = 64
 #: Bytes each thread of a pointwise member-table kernel loads per tensor, at least: a program first loads its
 #: member's addresses from the table, then its data, and more bytes per program hide more of that.
 BYTES_PER_THREAD = 32
-#: More members than this are split into several groups (the kernel loads one table row per member per block).
-MAX_MEMBERS = 1024
+#: More members than this are split into several groups (each member is a row of the table the kernel reads; issue
+#: 33's seed at 192 pieces × 16 layers concatenates 6,144 weights and biases of 32 values, one group up to here).
+MAX_MEMBERS = 8192
 #: A group of at most this many members takes their tensors as its kernel's arguments and picks the block's member's
 #: in the kernel, instead of a member table: the host looks a table up by its tensors' addresses on every call, which
 #: costs more than passing a few more arguments. Code grows with the members up to this, then no more.

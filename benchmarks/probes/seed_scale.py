@@ -1,0 +1,78 @@
+"""Issue 33's seed at full size on the GPU: eager's time per call, and per variant the first call's seconds (a cold
+compile, Triton's included), kernels and ms per call and the error against eager. Each variant runs in a process of
+its own under a time limit, so that a compile that does not finish (stock's at 192 × 16) is a row that says so and
+the next variant still runs.
+
+    python -m benchmarks seed-scale --out DIR --cases seed-192x16/inference --variants optimus_ir stock --limit 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results
+from benchmarks.real_models import make_call, prepared_case
+from optimus_ir.records import recording
+from optimus_ir.testing.measure import kernels_per_call
+
+
+def _one(case: str, variant_name: str) -> dict:
+    """One variant of ``case`` measured in this process (eager too, where ``variant_name`` is ``eager``)."""
+    name, mode, module, inputs = prepared_case(case, "cuda")
+    params = list(module.parameters()) if mode == "training" else []
+    eager = make_call(module, inputs, mode, params)
+    expected = eager()
+    if variant_name == "eager":
+        return {"case": case, "variant": "eager", "kernels/call": kernels_per_call(eager),
+                "ms/call": cuda_time_ms(eager, repeat=5)}
+    variant = next(v for v in VARIANTS if v.name == variant_name)
+    with cold_compile(), variant_context(variant), recording() as records:
+        call = make_call(torch.compile(module), inputs, mode, params)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        actual = call()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - start
+        row = {"case": case, "variant": variant_name, "first call s": first, "kernels/call": kernels_per_call(call),
+               "ms/call": cuda_time_ms(call, repeat=20), "max rel err": max_rel_error(actual, expected),
+               "rules fired": sum(r.fired for r in records)}
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--cases", nargs="+", default=["seed-192x16/inference"])
+    parser.add_argument("--variants", nargs="+", default=["optimus_ir", "stock"])
+    parser.add_argument("--limit", type=float, default=400, help="seconds a variant's process may take")
+    parser.add_argument("--one", nargs=2, metavar=("CASE", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(_one(*args.one)), flush=True)
+        return
+    rows = []
+    for case in args.cases:
+        for variant in ["eager", *args.variants]:
+            command = [sys.executable, "-m", "benchmarks.probes.seed_scale", "--one", case, variant]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=args.limit)
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                row = json.loads(lines[-1]) if lines else {"case": case, "variant": variant,
+                                                           "error": done.stderr.strip().splitlines()[-1:]}
+            except subprocess.TimeoutExpired:
+                row = {"case": case, "variant": variant, "first call s": f"> {args.limit:.0f} (stopped)"}
+            rows.append(row)
+            print(row, flush=True)
+            columns = list(dict.fromkeys(key for r in rows for key in r))
+            write_results(args.out, "seed_scale", header(" ".join(sys.argv)), rows, columns)
+
+
+if __name__ == "__main__":
+    main()
