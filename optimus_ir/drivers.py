@@ -17,7 +17,10 @@ from optimus_ir.passes import enabled_passes
 from optimus_ir.records import record
 from optimus_ir.rule import GraphRule, LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
 
-__all__ = ["LoweringDriver", "prepare_joint_graph", "run_scheduler_rules", "run_wrapper_rules", "stock_lowering"]
+__all__ = [
+    "LoweringDriver", "prepare_joint_graph", "run_graph_rules", "run_scheduler_rules", "run_wrapper_rules",
+    "stock_lowering",
+]
 
 log = logging.getLogger("optimus_ir")
 
@@ -73,7 +76,6 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
     """``config.pre_grad_custom_pass``: the enabled ``rules`` on Dynamo's graph, in order. A rule that raises gets
     the graph back as it was before it (a copy, put back in its module)."""
     import torch
-
     from torch._dynamo.utils import dynamo_timed
 
     for rule in rules:

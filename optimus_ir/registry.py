@@ -13,8 +13,8 @@ from optimus_ir.lowering.embedding_bag import (
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd,
     EmbeddingBagToSegmentSum,
 )
-from optimus_ir.lowering.grouped_layer_norm import PieceLayerNormsToOneLayerNorm
 from optimus_ir.lowering.gram_entries import SelectedGramEntriesToDotProducts
+from optimus_ir.lowering.grouped_layer_norm import PieceLayerNormsToOneLayerNorm
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
 from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
