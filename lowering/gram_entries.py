@@ -14,18 +14,15 @@ from typing import Any
 
 import torch
 from torch._inductor import ir
+from torch._inductor.lowering import to_dtype
 from torch._inductor.runtime.hints import ReductionHint
 from torch._inductor.virtualized import V, ops
 
 from optimus_ir import index_math
-from optimus_ir.drivers import stock_lowering
-from optimus_ir.lowering import boxed, triton_kernels
+from optimus_ir.lowering import PRODUCT_DTYPES, boxed, fp32_sum, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
-
-#: dtypes whose products are accumulated in fp32, as cuBLAS does
-_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 #: the pairs' reduction runs along a row of ``s``, contiguous: Inductor's hint for such a reduction where it sees the
 #: loads (it sees none through the indirect rows); ``python -m benchmarks gram-entries`` times it against the default
@@ -118,7 +115,7 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
         if device is None or not triton_kernels(device):
             raise Reject(f"on {device}: Inductor writes no Triton kernels there")
         dtype = left.get_dtype()
-        if dtype not in _DTYPES:
+        if dtype not in PRODUCT_DTYPES:
             raise Reject(f"{dtype}, not fp32, fp16 or bf16")
         batch, count, width = left.get_size()
         rows, cols = indices[1], indices[2]
@@ -137,11 +134,6 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
             j = ops.indirect_indexing(col_of([p]), count)
             return ops.mul(ops.to_dtype(load([b, i, d]), torch.float32), ops.to_dtype(load([b, j, d]), torch.float32))
 
-        out = ir.Reduction.create(device=device, dst_dtype=torch.float32, src_dtype=torch.float32,
-                                  inner_fn=product, ranges=[batch, pairs], reduction_ranges=[width],
-                                  reduction_type="sum", reduction_hint=REDUCTION_HINT)
-        out.realize()
-        if dtype != torch.float32:
-            out = stock_lowering(torch.ops.prims.convert_element_type.default)(out, dtype)
+        out = to_dtype(fp32_sum(device, product, [batch, pairs], [width], REDUCTION_HINT), dtype)
         return out, (f"{node.name} = {gram.name}[:, rows, cols] ({batch}x{count}x{width}, {pairs} pairs) → "
                      "their dot products, one reduction")

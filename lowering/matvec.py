@@ -12,19 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._inductor import ir
+from torch._inductor.lowering import to_dtype
 from torch._inductor.virtualized import V, ops
 
 from optimus_ir import index_math
 from optimus_ir.drivers import stock_lowering
-from optimus_ir.lowering import triton_kernels
+from optimus_ir.lowering import PRODUCT_DTYPES, fp32_sum, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
 aten = torch.ops.aten
-
-#: dtypes whose products are accumulated in fp32, as cuBLAS does
-_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
-
 
 class MatvecToRowReduction(LoweringRule):
     """``mm(x, w)`` or ``addmm(b, x, w)``, ``w`` of one column → a sum over ``k`` of ``x[m, k] * w[k, 0]`` (a
@@ -61,7 +57,7 @@ class MatvecToRowReduction(LoweringRule):
         if device is None or not triton_kernels(device):
             raise Reject(f"on {device}: Inductor writes no Triton kernels there")
         dtypes = {t.get_dtype() for t in (x, w, bias) if t is not None}
-        if len(dtypes) != 1 or not dtypes <= _DTYPES:
+        if len(dtypes) != 1 or not dtypes <= PRODUCT_DTYPES:
             raise Reject(f"operands of {sorted(map(str, dtypes))}, not of one of fp32, fp16 and bf16")
         (dtype,) = dtypes
         x_load, w_load = x.make_loader(), w.make_loader()
@@ -70,16 +66,12 @@ class MatvecToRowReduction(LoweringRule):
             (row, _), (k,) = index, reduction_index
             return ops.mul(ops.to_dtype(x_load([row, k]), torch.float32), ops.to_dtype(w_load([k, 0]), torch.float32))
 
-        out = ir.Reduction.create(device=device, dst_dtype=torch.float32, src_dtype=torch.float32,
-                                  inner_fn=product, ranges=[rows, 1], reduction_ranges=[inner], reduction_type="sum")
-        out.realize()
+        out = fp32_sum(device, product, [rows, 1], [inner])
         if bias is not None:
             # bias first, as Inductor's unfused addmm adds it on CUDA (the same sum; the same kernel text)
-            out = stock_lowering(aten.add.Tensor)(stock_lowering(torch.ops.prims.convert_element_type.default)(
-                bias, torch.float32), out)
+            out = stock_lowering(aten.add.Tensor)(to_dtype(bias, torch.float32), out)
             if [int(s) for s in out.get_size()] != [int(rows), 1]:
                 raise Reject(f"a bias of {list(bias.get_size())} widens the product")
-        if dtype != torch.float32:
-            out = stock_lowering(torch.ops.prims.convert_element_type.default)(out, dtype)
+        out = to_dtype(out, dtype)
         node = V.graph.current_node
         return out, f"{node.name if node is not None else 'a matmul'} ({rows}x{inner}x1) → a row reduction"
