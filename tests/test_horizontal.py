@@ -194,6 +194,29 @@ def test_more_members_than_max_direct_members_read_a_member_table():
     assert "MemberTable(" in forward.wrapper
 
 
+def _tanh_into_two_cats(*xs):
+    """Two concatenations of 12 pieces each: more than a pointwise cat takes (``max_pointwise_cat_inputs``), so each
+    piece's kernel writes its slice of the concatenation (``NonOwningLayout``)."""
+    return torch.cat([torch.tanh(x) for x in xs[:12]]) * 2, torch.cat([torch.tanh(x) for x in xs[12:]]) * 3
+
+
+def test_slices_of_a_concatenation_are_given_to_the_table_as_the_concatenation_and_their_offsets():
+    """No tensor is made of each slice per call (stock's ``reinterpret_tensor(...)  # alias`` and ``del``): the
+    table takes each concatenation once, with where its members' slices start."""
+    inputs = [torch.randn(64, 16) for _ in range(24)]
+    report = compile_report(_tanh_into_two_cats, inputs, passes="horizontal")
+    assert "24 kernels" in _fired(report)[0].detail
+    wrapper = report.graphs[0].wrapper
+    assert "# alias" not in wrapper
+    table = re.search(r"(\w+_members_\w+) = MemberTable\((.*)\)\n", wrapper)
+    assert "spans=[" + "1, " * 24 + "12, 12]" in table.group(2)  # 24 inputs, then the 2 concatenations
+    assert "byte_offsets=[" + "0, " * 24 + ", ".join(str(4096 * i) for i in range(12)) in table.group(2)
+    call = re.search(rf"{table.group(1)}_now = {table.group(1)}\((.*)\)\n", wrapper).group(1).split(", ")
+    assert len(call) == 26 and all(name.startswith("buf") for name in call[24:])
+    actual, expected, _ = _run_in_interpreter(_tanh_into_two_cats, inputs)
+    torch.testing.assert_close(actual, expected)
+
+
 def test_members_reading_each_others_inputs_pick_their_addresses_before_any_is_replaced():
     """One member reads in its first slot the buffer the other reads in its second: the kernel picks every address
     from the arguments as given, then replaces them."""

@@ -124,6 +124,73 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
     return allocations
 
 
+@dataclasses.dataclass(frozen=True)
+class ViewsOfOneBuffer:
+    """Members' outputs that are views Inductor made of one of its buffers (``NonOwningLayout``: the slices of a
+    concatenation that the copies of its inputs write), in the order of ``names``, and where each starts in it."""
+
+    buffer: Any  # the ir.Buffer viewed
+    names: tuple[str, ...]
+    starts: tuple[int, ...]  # bytes
+
+
+def views_given_as_buffer(members: list[Any], structures: list[Structure]) -> list[ViewsOfOneBuffer]:
+    """The members' outputs, by buffer they view, that a member table takes as that buffer and where each view
+    starts in it, making no tensor of them: views nothing reads (a concatenation reads the buffer they view), not
+    graph outputs, of a buffer Inductor allocates, at a static offset.
+
+    Stock's wrapper makes a tensor of each such view and deletes it after its kernel: the seed of issue 33 (the
+    weights and biases of 48 pieces × 4 layers concatenated per layer) made 384 per call. Before::
+
+        buf100 = empty_strided_cuda((1536, ), (1, ), torch.float32)
+        buf52 = reinterpret_tensor(buf100, (32, ), (1, ), 0)  # alias
+        buf53 = reinterpret_tensor(buf100, (32, ), (1, ), 32)  # alias
+        table_now = table(..., buf52, buf53, ...)
+        del buf52
+        del buf53
+
+    After (the table's byte offsets 0, 128, ...)::
+
+        buf100 = empty_strided_cuda((1536, ), (1, ), torch.float32)
+        table_now = table(..., buf100, ...)
+    """
+    if structures[0].numel_expr is not None:
+        return []
+    scheduler = members[0].scheduler
+    outputs = OrderedSet(V.graph.get_output_names())
+    by_buffer: dict[str, tuple[Any, list[str], list[int]]] = {}
+    for member, structure in zip(members, structures, strict=True):
+        for name in structure.slots:
+            if name not in member.get_buffer_names() or name in outputs or name in V.graph.removed_buffers:
+                continue
+            layout = V.graph.get_buffer(name).get_output_spec()
+            view = getattr(layout, "view", None)
+            if not isinstance(layout, ir.NonOwningLayout) or not isinstance(view, ir.ReinterpretView):
+                continue
+            box = view.data
+            offset = view.get_layout().offset
+            if not (isinstance(box, ir.StorageBox) and isinstance(box.data, ir.Buffer) and box.data.should_allocate()
+                    and isinstance(offset, (int, sympy.Integer))):
+                continue
+            if any(_reads_as_tensor(user, name) for user in scheduler.name_to_buf[name].users):
+                continue
+            base = box.data.get_name()
+            entry = by_buffer.setdefault(base, (box.data, [], []))
+            entry[1].append(name)
+            entry[2].append(int(offset) * layout.dtype.itemsize)
+    return [ViewsOfOneBuffer(buffer, tuple(names), tuple(starts)) for buffer, names, starts in by_buffer.values()]
+
+
+def _reads_as_tensor(user: Any, name: str) -> bool:
+    """Whether ``user`` of buffer ``name`` reads it as a tensor of its own. A view's users include those of the
+    buffer it views (which read that buffer) and the graph's output where that buffer is returned."""
+    from torch._inductor.scheduler import NopKernelSchedulerNode, OutputNode
+
+    if user.is_weak or isinstance(user.node, (NopKernelSchedulerNode, OutputNode)):
+        return False
+    return name in {dep.name for dep in user.node.read_writes.reads}
+
+
 def saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAllocation]) -> dict[str, str]:
     """By output of a member: the backward's saved tensor that the output is written over, where the call alone
     holds that tensor (``runtime.sole_holders``, at run time); where not, the output is allocated as before.
@@ -255,6 +322,8 @@ class RegionsOfAllocations:
         self.done: OrderedSet[str] = OrderedSet()
         #: allocations whose names the code still holds
         self.alive: OrderedSet[str] = OrderedSet()
+        #: Inductor's buffers whose views are regions (:meth:`add_views`)
+        self.views_of: OrderedSet[str] = OrderedSet()
 
     @classmethod
     def of(cls, wrapper: Any) -> RegionsOfAllocations:
@@ -277,23 +346,37 @@ class RegionsOfAllocations:
         if as_tensors:
             self._make_tensors(storage, keep_storage=True)
 
-    def one_tensor(self, names: list[str]) -> tuple[str, dict[str, int]] | None:
-        """Where ``names`` are all regions of one allocation: a tensor that a member table can be given instead of
-        them (the allocation while its name is alive, else the first region) and where each region starts from it
-        (bytes)."""
-        storages = {self.storage_of.get(name) for name in names}
-        if len(storages) != 1 or None in storages:
-            return None
-        storage = storages.pop()
-        starts = self.starts[storage]
-        if storage in self.alive:
-            return storage, {name: starts[name] for name in names}
-        return names[0], {name: starts[name] - starts[names[0]] for name in names}
+    def add_views(self, views: ViewsOfOneBuffer) -> None:
+        """Register ``views`` (:func:`views_given_as_buffer`): the buffer they view is allocated, and stays
+        Inductor's to free; they are regions of it that are never tensors."""
+        storage = views.buffer.get_name()
+        self.wrapper.codegen_allocation(views.buffer)
+        V.graph.never_reuse_buffers.update(views.names)
+        self.wrapper.allocated.update(views.names)
+        self.storage_of.update(dict.fromkeys(views.names, storage))
+        self.starts.setdefault(storage, {}).update(zip(views.names, views.starts))
+        self.alive.add(storage)
+        self.views_of.add(storage)
+
+    def runs(self, names: list[str]) -> list[tuple[str, list[int], str | None]]:
+        """The tensors a member table is given for ``names``, in order: for each run of consecutive regions of one
+        allocation, one tensor (the allocation while its name is alive, else the run's first region), where each
+        region starts from it (bytes) and the allocation; any other name as itself (start 0, no allocation)."""
+        runs: list[tuple[str, list[int], str | None]] = []
+        for storage, run in itertools.groupby(names, key=self.storage_of.get):
+            run = list(run)
+            if storage is None:
+                runs.extend((name, [0], None) for name in run)
+                continue
+            starts = self.starts[storage]
+            base = storage if storage in self.alive else run[0]
+            runs.append((base, [starts[name] - (0 if base == storage else starts[run[0]]) for name in run], storage))
+        return runs
 
     def after_table(self, storage: str) -> None:
         """After a line that gives ``storage`` to a kernel's table: delete it where its regions are tensors, which
-        hold it."""
-        if storage in self.alive and storage not in self.not_tensors:
+        hold it (not a buffer of Inductor's whose views are regions: Inductor frees it)."""
+        if storage in self.alive and storage not in self.not_tensors and storage not in self.views_of:
             self.wrapper.writeline(f"del {storage}")
             self.alive.discard(storage)
 
@@ -326,6 +409,8 @@ class RegionsOfAllocations:
             return True
         self.wrapper.freed.add(name)
         storage = self.storage_of[name]
+        if storage in self.views_of:  # (never a tensor: nothing to delete)
+            return True
         if storage not in self.not_tensors:
             self.wrapper.writeline(FreeLine(self.wrapper, buffer))
             return True

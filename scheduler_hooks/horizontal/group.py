@@ -168,6 +168,10 @@ def before_call(kernel_name: str, group: MemberTableGroup, made: GroupKernel) ->
     """Once the kernel is defined: the wrapper's allocations of the group's buffers, and its members marked run."""
     _allocate_together(kernel_name, group, made.members, made.structures)
     _write_over_saved_tensors(kernel_name, group)
+    if not group.direct:
+        regions = RegionsOfAllocations.of(V.graph.wrapper_code)
+        for views in allocation.views_given_as_buffer(made.members, made.structures):
+            regions.add_views(views)
     with V.set_kernel_handler(made.kernel):
         for member in made.members:
             for node in member.get_nodes():

@@ -464,20 +464,16 @@ class MemberTableKernel(TritonKernel):
         for arg_name, outer in zip(argdefs, call_args):
             if arg_name in tensor_args:
                 members = self._members_of_slot(outer)
-                one = regions.one_tensor([name for name, _ in members])
-                if one is None:
-                    if arg_name in aligned_args:  # the graph's inputs among them: the table checks their alignment
-                        aligned.extend(len(by_slot) + i for i, (name, _) in enumerate(members)
-                                       if name in V.graph.graph_inputs)
-                    by_slot.extend(name for name, _ in members)
-                    spans.extend([1] * len(members))
-                    byte_offsets.extend(offset for _, offset in members)
-                else:  # each member's buffer a region of one allocation: one tensor, and where each region starts
-                    tensor, starts = one
+                offsets = iter(offset for _, offset in members)
+                # regions of one allocation given as one tensor, with where each starts
+                for tensor, starts, storage in regions.runs([name for name, _ in members]):
+                    if arg_name in aligned_args and tensor in V.graph.graph_inputs:  # the table checks these
+                        aligned.append(len(by_slot))
                     by_slot.append(tensor)
-                    spans.append(len(members))
-                    byte_offsets.extend(starts[name] + offset for name, offset in members)
-                    storages.add(regions.storage_of[tensor] if tensor in regions.storage_of else tensor)
+                    spans.append(len(starts))
+                    byte_offsets.extend(start + next(offsets) for start in starts)
+                    if storage is not None:
+                        storages.add(storage)
         numels = [s.numel for s in self.structures]
         options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
         if len(spans) < len(byte_offsets):
