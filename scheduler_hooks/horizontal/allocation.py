@@ -170,6 +170,7 @@ def views_given_as_buffer(members: list[Any], structures: list[Structure]) -> li
             box = view.data
             offset = view.get_layout().offset
             if not (isinstance(box, ir.StorageBox) and isinstance(box.data, ir.Buffer) and box.data.should_allocate()
+                    and box.data.get_name() not in V.graph.removed_buffers
                     and isinstance(offset, (int, sympy.Integer))):
                 continue
             if any(_reads_as_tensor(user, name) for user in scheduler.name_to_buf[name].users):
