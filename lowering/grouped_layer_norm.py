@@ -4,9 +4,16 @@
 pattern, layer after layer) is, for pieces of one width, one layer norm over the ``[..., p, w]`` view of ``x``, each
 piece's weight and bias applied as a row of ``[p, w]`` parameters, the tanh applied once. Rewritten in Dynamo's
 graph, before AOTAutograd, so that AOTAutograd and Inductor see a layer's ops once, not once per piece (at thousands
-of pieces, tracing and lowering them per piece was most of the compile). Inference graphs only: in a training
-graph the grouped norm's backward, which Inductor fuses into one row kernel through the layers, writes every layer's
-gradient rows for the weights' column sums and holds them together (per piece, stock holds one piece's).
+of pieces, tracing and lowering them per piece was most of the compile).
+
+In a training graph Inductor fuses the grouped norms' backward into one row kernel through the layers. Had each
+weight row been broadcast over the rows, their gradients would be column sums after that kernel, which then writes
+every layer's gradient rows and holds them together (per piece, stock holds one piece's). So each element gathers
+its weight and bias (``index`` with an ``arange`` expanded over the rows), whose backward Inductor lowers to atomic
+adds in the row kernel; and the layers' outputs that a later layer reads are saved (``CheckpointPolicy.MUST_SAVE``),
+the norms and the last output recomputed (``MUST_RECOMPUTE``), where AOTAutograd's partitioner would recompute the
+inputs in a kernel of their own and save the last activation's derivative. Atomic adds are not deterministic: under
+``torch.use_deterministic_algorithms`` training graphs stay per piece.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import CheckpointPolicy
 
 from optimus_ir.records import record
 from optimus_ir.rule import GraphRule
@@ -73,6 +81,7 @@ class _Group:
     dtype: torch.dtype
     elementwise: list[torch.fx.Node] | None
     cat: torch.fx.Node | None
+    training: bool
 
 
 def _group_of(split: torch.fx.Node) -> _Group | str | None:
@@ -99,9 +108,9 @@ def _group_of(split: torch.fx.Node) -> _Group | str | None:
     p = value.shape[-1] // w
     if [n.args[1] for n in pieces if n.target is operator.getitem] != list(range(p)):
         return "not every piece read on its own"
-    if any(getattr(_value(n), "requires_grad", True) for n in norms):
-        return ("a training graph: the grouped norm's backward runs all pieces' rows through the layers at once and "
-                "holds each layer's gradient rows for the weights' sums until the end (a higher peak than per piece)")
+    training = any(getattr(_value(n), "requires_grad", True) for n in norms)
+    if training and torch.are_deterministic_algorithms_enabled():
+        return "a training graph under deterministic algorithms: the grouped weights' gradients are atomic adds"
     args = [_layer_norm_args(n) for n in norms]
     if len({a[4] for a in args}) != 1 or any(not isinstance(a[1], (list, tuple)) or list(a[1]) != [w] for a in args):
         return "the pieces' layer norms differ in eps or normalize other than a piece's row"
@@ -119,10 +128,17 @@ def _group_of(split: torch.fx.Node) -> _Group | str | None:
         and cat.kwargs.get("dim", cat.args[1] if len(cat.args) > 1 else 0) in (-1, value.dim() - 1)
     )
     return _Group(split, x, tuple(value.shape[:-1]), p, w, pieces, norms, weights, biases, args[0][4], value.dtype,
-                  elementwise if joined else None, cat if joined else None)
+                  elementwise if joined else None, cat if joined else None, training)
 
 
-def _rewrite(graph: torch.fx.Graph, g: _Group) -> None:
+def _side_effect(graph: torch.fx.Graph) -> torch.fx.Node | None:
+    """An op of ``graph`` with side effects (an assert, a print), if any: AOTAutograd's partitioner raises on one in
+    a graph with recompute tags."""
+    return next((n for n in graph.nodes if n.op.startswith("call_") and n.is_impure(impure_random=False)), None)
+
+
+def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
+    """Rewrite ``g``; ``read_later``: its output is a later group's input (a training graph saves it)."""
     call = graph.call_function
     compute = torch.float32
     with graph.inserting_before(g.norms[0]):
@@ -131,16 +147,28 @@ def _rewrite(graph: torch.fx.Graph, g: _Group) -> None:
         if g.dtype != compute:
             rows = call(torch.Tensor.to, (rows, compute))
         normed = call(F.layer_norm, (rows, (g.w,), None, None, g.eps))
+        if g.training:
+            normed.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+            index = call(torch.arange, (g.p * g.w,), {"device": _value(g.x).device})
+            index = call(torch.Tensor.expand, (call(torch.reshape, (index, (g.p, g.w))), (*g.lead, g.p, g.w)))
         params = []
         for pieces in (g.weights, g.biases):
-            joined = call(torch.reshape, (call(torch.cat, (pieces,)), (g.p, g.w)))
-            params.append(joined if g.dtype == compute else call(torch.Tensor.to, (joined, compute)))
+            joined = call(torch.cat, (pieces,))
+            if g.dtype != compute:
+                joined = call(torch.Tensor.to, (joined, compute))
+            if g.training:  # each element's own: the gradient an atomic add per element
+                params.append(call(torch.ops.aten.index.Tensor, (joined, [index])))
+            else:
+                params.append(call(torch.reshape, (joined, (g.p, g.w))))
         out = call(torch.add, (call(torch.mul, (normed, params[0])), params[1]))
         if g.dtype != compute:  # where each piece's layer norm rounds its output
             out = call(torch.Tensor.to, (out, g.dtype))
     if g.cat is not None:
         with graph.inserting_before(g.cat):
-            joined = call(torch.reshape, (call(g.elementwise[0].target, (out,)), (*g.lead, g.p * g.w)))
+            activated = call(g.elementwise[0].target, (out,))
+            joined = call(torch.reshape, (activated, (*g.lead, g.p * g.w)))
+        if g.training:
+            activated.meta["recompute"] = CheckpointPolicy.MUST_SAVE if read_later else CheckpointPolicy.MUST_RECOMPUTE
         joined.meta.update(g.cat.meta)
         g.cat.replace_all_uses_with(joined)
         dead = [g.cat, *g.elementwise, *g.norms, *g.pieces, g.split]
@@ -173,9 +201,18 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
         y = normed * torch.cat([w0, w1, w2]).reshape(3, 32) + torch.cat([b0, b1, b2]).reshape(3, 32)
         cat = torch.reshape(torch.tanh(y), (256, 96))
 
+    In a training graph (the module's docstring says why)::
+
+        index = torch.arange(96).reshape(3, 32).expand(256, 3, 32)
+        normed = F.layer_norm(...)                                    # tagged MUST_RECOMPUTE
+        y = normed * torch.cat([w0, w1, w2])[index] + torch.cat([b0, b1, b2])[index]
+        cat = torch.reshape(torch.tanh(y), (256, 96))                 # tanh tagged MUST_SAVE where a later layer
+                                                                      # reads it, else MUST_RECOMPUTE
+
     Each row of 32 is normalized as its piece was; bf16 and fp16 are normalized in fp32 and rounded after the bias,
     where each piece's layer norm rounds its output. Static sizes, pieces of one width (a view of ``x``), each with a
-    weight and a bias of its own; nothing that requires grad (the module's docstring says why).
+    weight and a bias of its own; in training, not under deterministic algorithms, nor in a graph with an op of side
+    effects (AOTAutograd applies no recompute tags there).
     """
 
     name = "PieceLayerNormsToOneLayerNorm"
@@ -183,7 +220,11 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
 
     def rewrite(self, graph: torch.fx.Graph) -> None:
         groups = [(split, _group_of(split)) for split in graph.nodes if _split_args(split) is not None]
+        inputs = {group.x for _, group in groups if isinstance(group, _Group)}
+        impure = _side_effect(graph)
         for split, group in groups:  # all found before any is rewritten: a group's shapes are Dynamo's
+            if isinstance(group, _Group) and group.training and impure is not None:
+                group = f"a training graph with an op of side effects ({impure.name}): no recompute tags there"
             if isinstance(group, str):
                 record(self.name, False, [split.name], group)
             elif group is not None:
@@ -191,5 +232,7 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
                 detail = (f"{split.name}: {group.p} pieces of {group.w} of {group.x.name}, each layer-normed with its "
                           f"own weight and bias{tail} → one layer norm over "
                           f"[{', '.join(map(str, (*group.lead, group.p, group.w)))}]")
-                _rewrite(graph, group)
+                if group.training:
+                    detail += "; each element gathers its weight and bias (their gradients atomic adds)"
+                _rewrite(graph, group, group.cat in inputs)
                 record(self.name, True, [split.name], detail)

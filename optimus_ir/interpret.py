@@ -19,11 +19,14 @@ to the language patches that the interpreter installs for it (``triton.runtime.i
   back to one Python call per element (about a minute for one 37 x 129 argmax); it is replaced by a tree reduction
   that calls the combine function ``log2(n)`` times on whole blocks.
 * Casts from and to bfloat16: the interpreter truncates fp32 -> bf16 where compiled Triton rounds to nearest even.
+* Atomic adds whose mask (or value) is broadcast to the pointers' block: the interpreter reads each operand's memory
+  as contiguous, and a broadcast view has stride 0; each is made a contiguous array of the pointers' shape.
 * ``range(0, r0_numel, R0_BLOCK)`` in looped reductions converts a one-element array with ``int()``, which numpy >=
   2.4 rejects; the conversion goes through ``ndarray.item()``.
 
-And one to Inductor: a 0-d CPU graph input is passed to a Triton kernel by value (``GraphLowering.is_unspec_arg``),
-which on CPU makes every 0-d input a value. A backward's 0-d saved tensor that AOTAutograd donates is then both
+And two to Inductor: a true division by a constant is lowered as a product by its reciprocal, as on a GPU (on the
+CPU Inductor keeps the division). And a 0-d CPU graph input is passed to a Triton kernel by value
+(``GraphLowering.is_unspec_arg``), which on CPU makes every 0-d input a value. A backward's 0-d saved tensor that AOTAutograd donates is then both
 that value and, where Inductor writes a gradient over it in place, the kernel's output pointer: the kernel does not
 compile (``tmp1 = in_out_ptr0``). On a GPU such a tensor is a GPU tensor, passed by address; so it is here too.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -186,6 +190,21 @@ def _cast_impl(self, src, dst_type):
     return interpreter.TensorHandle(result, dst_scalar)
 
 
+_stock_atomic_rmw = interpreter.InterpreterBuilder.create_atomic_rmw
+
+
+def _create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+    """``InterpreterBuilder.create_atomic_rmw`` on contiguous arrays of the pointers' shape: the interpreter's C++
+    reads each operand's memory as contiguous, and a mask broadcast along a block's rows (``xmask`` of an atomic add
+    in a persistent reduction) is a view with stride 0, of which it read the first row's worth only."""
+    shape = ptr.data.shape
+
+    def whole(handle):
+        return interpreter.TensorHandle(np.ascontiguousarray(np.broadcast_to(handle.data, shape)), handle.dtype)
+
+    return _stock_atomic_rmw(self, rmw_op, whole(ptr), whole(val), whole(mask), sem, scope)
+
+
 def _call_jit_function(self, *args, **kwargs):
     """``JITFunction.__call__`` while a kernel is interpreted: call the function as Triton would have had it been
     decorated under ``TRITON_INTERPRET=1``."""
@@ -285,6 +304,7 @@ def _interpreter_patches() -> Iterator[None]:
             scope.set_attr(libdevice, name, function)
         scope.set_attr(interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise)
         scope.set_attr(interpreter.InterpreterBuilder, "cast_impl", _cast_impl)
+        scope.set_attr(interpreter.InterpreterBuilder, "create_atomic_rmw", _create_atomic_rmw)
         scope.set_attr(JITFunction, "__call__", _call_jit_function)
         scope.set_attr(interpreter.ReduceOps, "generic_reduce", _tree_reduce)
         scope.set_attr(tl.tensor, "__index__", lambda self: int(self.handle.data.item()))
@@ -313,6 +333,25 @@ def _donated_saved_tensors_by_address() -> Iterator[None]:
         return stock(self, name) and not isinstance(self.graph_inputs_original.get(name), ir.DonatedBuffer)
 
     with mock.patch.object(GraphLowering, "is_unspec_arg", is_unspec_arg):
+        yield
+
+
+@contextlib.contextmanager
+def _division_by_constants_as_on_gpus() -> Iterator[None]:
+    """A true division by a constant lowered as a product by its reciprocal, as Inductor lowers it on every device but
+    the CPU (``lowering.div_prim``): the kernels run here are then the sm_90 kernels (a layer norm's backward divides
+    its ``rstd`` by the row's length)."""
+    from torch._inductor import lowering
+
+    stock = lowering.div_prim
+
+    def div_prim(a, b):
+        divisor = lowering.get_constant_value(b)
+        if divisor is None or all(lowering.is_boolean_type(x) or lowering.is_integer_type(x) for x in (a, b)):
+            return stock(a, b)
+        return lowering.mul(a, 1.0 / divisor.value if divisor.value else math.copysign(math.inf, divisor.value))
+
+    with mock.patch.object(lowering, "div_prim", div_prim):
         yield
 
 
@@ -376,6 +415,7 @@ def cpu_triton_interpreter() -> Iterator[None]:
             warnings.filterwarnings("ignore", "Could not find an active CPU backend", UserWarning)
             stack.enter_context(_interpreter_patches())
             stack.enter_context(_donated_saved_tensors_by_address())
+            stack.enter_context(_division_by_constants_as_on_gpus())
             yield
     finally:
         torch._dynamo.reset()

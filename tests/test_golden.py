@@ -16,7 +16,7 @@ from optimus_ir.records import recording
 from optimus_ir.testing.golden_cases import CASES, backward_with_same_grads
 
 from golden import GOLDEN_DIR, assert_golden, render
-from wrapper_memory import peak_bytes
+from optimus_ir.testing.wrapper_memory import peak_bytes
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

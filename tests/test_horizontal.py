@@ -24,7 +24,7 @@ from optimus_ir.scheduler_hooks.horizontal.structure import Structure
 from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_DIRECT_MEMBERS
 
 from test_horizontal_random import run_compiled
-from wrapper_memory import peak_bytes
+from optimus_ir.testing.wrapper_memory import peak_bytes
 
 RULE = "IdenticalKernelsToMemberTableKernel"
 

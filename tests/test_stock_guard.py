@@ -131,7 +131,7 @@ def test_a_backward_whose_views_raise_the_peak_gets_the_code_lowered_without_the
 
 
 def _the_guard_takes_the_code_without_the_views():
-    from wrapper_memory import peak_bytes
+    from optimus_ir.testing.wrapper_memory import peak_bytes
 
     g = torch.Generator().manual_seed(0)
     params = [torch.randn(w, generator=g, dtype=torch.bfloat16, requires_grad=True)

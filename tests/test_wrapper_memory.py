@@ -1,6 +1,6 @@
 """The wrapper replay that memory tests compare stock Inductor and optimus_ir with."""
 
-from wrapper_memory import peak_bytes
+from optimus_ir.testing.wrapper_memory import peak_bytes
 
 _WRAPPER = """
     def call(self, args):

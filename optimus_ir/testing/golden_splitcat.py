@@ -291,3 +291,18 @@ SPLITCAT_CASES.append(
         rtol=1e-4,
     )
 )
+SPLITCAT_CASES.append(
+    Case(
+        "split_layer_norm_tanh_cat_training",
+        split_layer_norm_tanh_cat,
+        lambda: (torch.randn(64, 384, requires_grad=True), *(torch.randn(32, requires_grad=True) for _ in range(48))),
+        # optimus_ir: the forward as in inference; the backward one row kernel through both layers whose weights'
+        # and biases' gradients are atomic adds (each element gathers its weight and bias), the zeros they start
+        # from, and the last layer's statistics recomputed
+        72,
+        5,
+        ("PieceLayerNormsToOneLayerNorm",),
+        atol=1e-4,
+        rtol=1e-4,
+    )
+)
