@@ -10,7 +10,8 @@ In a training graph Inductor fuses the grouped norms' backward into one row kern
 weight row been broadcast over the rows, their gradients would be column sums after that kernel, which then writes
 every layer's gradient rows and holds them together (per piece, stock holds one piece's). So each element gathers
 its weight and bias (``index`` with an ``arange`` expanded over the rows), whose backward Inductor lowers to atomic
-adds in the row kernel; and the layers' outputs that a later layer reads are saved (``CheckpointPolicy.MUST_SAVE``),
+adds in the row kernel (the ``arange`` recomputed where it is read: an index Inductor sees through, no loads and no
+bounds checks); and the layers' outputs that a later layer reads are saved (``CheckpointPolicy.MUST_SAVE``),
 the norms and the last output recomputed (``MUST_RECOMPUTE``), where AOTAutograd's partitioner would recompute the
 inputs in a kernel of their own and save the last activation's derivative. Atomic adds are not deterministic: under
 ``torch.use_deterministic_algorithms`` training graphs stay per piece.
@@ -149,8 +150,11 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
         normed = call(F.layer_norm, (rows, (g.w,), None, None, g.eps))
         if g.training:
             normed.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-            index = call(torch.arange, (g.p * g.w,), {"device": _value(g.x).device})
-            index = call(torch.Tensor.expand, (call(torch.reshape, (index, (g.p, g.w))), (*g.lead, g.p, g.w)))
+            arange = call(torch.arange, (g.p * g.w,), {"device": _value(g.x).device})
+            grid = call(torch.reshape, (arange, (g.p, g.w)))
+            index = call(torch.Tensor.expand, (grid, (*g.lead, g.p, g.w)))
+            for node in (arange, grid, index):
+                node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         params = []
         for pieces in (g.weights, g.biases):
             joined = call(torch.cat, (pieces,))
@@ -203,7 +207,7 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
 
     In a training graph (the module's docstring says why)::
 
-        index = torch.arange(96).reshape(3, 32).expand(256, 3, 32)
+        index = torch.arange(96).reshape(3, 32).expand(256, 3, 32)   # tagged MUST_RECOMPUTE
         normed = F.layer_norm(...)                                    # tagged MUST_RECOMPUTE
         y = normed * torch.cat([w0, w1, w2])[index] + torch.cat([b0, b1, b2])[index]
         cat = torch.reshape(torch.tanh(y), (256, 96))                 # tanh tagged MUST_SAVE where a later layer
