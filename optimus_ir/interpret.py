@@ -26,9 +26,10 @@ to the language patches that the interpreter installs for it (``triton.runtime.i
 
 And two to Inductor: a true division by a constant is lowered as a product by its reciprocal, as on a GPU (on the
 CPU Inductor keeps the division). And a 0-d CPU graph input is passed to a Triton kernel by value
-(``GraphLowering.is_unspec_arg``), which on CPU makes every 0-d input a value. A backward's 0-d saved tensor that AOTAutograd donates is then both
-that value and, where Inductor writes a gradient over it in place, the kernel's output pointer: the kernel does not
-compile (``tmp1 = in_out_ptr0``). On a GPU such a tensor is a GPU tensor, passed by address; so it is here too.
+(``GraphLowering.is_unspec_arg``), which on CPU makes every 0-d input a value. A backward's 0-d saved tensor that
+AOTAutograd donates is then both that value and, where Inductor writes a gradient over it in place, the kernel's
+output pointer: the kernel does not compile (``tmp1 = in_out_ptr0``). On a GPU such a tensor is a GPU tensor, passed
+by address; so it is here too.
 
 For the duration of the context, jitted functions are rewritten with ``not x`` evaluated elementwise on blocks, as
 the compiler does (see :func:`_ast_transformer`), and numpy's floating-point warnings are off during launches.

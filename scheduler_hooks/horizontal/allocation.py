@@ -308,7 +308,10 @@ class RegionsOfAllocations:
     (``decide_inplace_update``). A buffer that took a region over would hold the whole allocation: a training
     forward's loss, a 0-d output, kept the whole allocation alive into the backward where stock's kept one block.
     ``V.graph.never_reuse_buffers`` keeps them from both, and from being freed at all: ``codegen_free`` of this
-    graph's wrapper frees them here instead."""
+    graph's wrapper frees them here instead.
+
+    The views of a buffer of Inductor's that only member tables take (:func:`views_given_as_buffer`) are regions
+    too, of that buffer, which Inductor allocates and frees: they are never tensors (:meth:`add_views`)."""
 
     def __init__(self, wrapper: Any) -> None:
         self.wrapper = wrapper
