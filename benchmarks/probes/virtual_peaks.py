@@ -1,6 +1,7 @@
 """Launches and peak bytes per graph on the virtual sm_90 device (no GPU needed), by compiled variant of
-:data:`benchmarks.measure.VARIANTS` (stock Inductor, combo kernels, optimus_ir, ...) for cases of the real-model suite, each graph's wrapper replayed (:mod:`optimus_ir.testing.wrapper_memory`), and the
-compile's seconds. What this machine can say of a change's kernels and memory before the H200 measures them.
+:data:`benchmarks.measure.VARIANTS` (stock Inductor, combo kernels, optimus_ir, ...) for cases of the real-model
+suite, each graph's wrapper replayed (:mod:`optimus_ir.testing.wrapper_memory`), and the compile's seconds. What this
+machine can say of a change's kernels and memory before the H200 measures them.
 
     python -m benchmarks virtual-peaks --out DIR --cases seed-48x4/training [--variants stock optimus_ir]
 """
