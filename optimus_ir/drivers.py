@@ -25,6 +25,13 @@ __all__ = [
 log = logging.getLogger("optimus_ir")
 
 
+def _applies(rule: Any) -> bool:
+    """Whether ``rule`` applies now: its pass enabled and not suspended, the rule not suspended in the graph being
+    compiled (``GraphState.suspended_rules``)."""
+    state = graph_state.existing() if rule.pass_name in enabled_passes() else None
+    return rule.pass_name in enabled_passes() and (state is None or rule.name not in state.suspended_rules)
+
+
 class LoweringDriver:
     """Stands in ``lowerings[op]``: tries the enabled rules for ``op`` in order, else the stock lowering."""
 
@@ -36,7 +43,7 @@ class LoweringDriver:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from torch._inductor.virtualized import V
 
-        active = [r for r in self.rules if r.pass_name in enabled_passes()]
+        active = [r for r in self.rules if _applies(r)]
         if not active:
             return self.stock(*args, **kwargs)
         fx_node = V.graph.current_node if V.graph is not None else None
@@ -117,7 +124,7 @@ def run_scheduler_rules(rules: Sequence[SchedulerRule], nodes: list[Any]) -> lis
     from torch._dynamo.utils import dynamo_timed
 
     for rule in rules:
-        if rule.pass_name not in enabled_passes():
+        if not _applies(rule):
             continue
         try:
             with dynamo_timed(f"optimus_ir.{rule.name}"):

@@ -48,12 +48,18 @@ class GraphState:
     #: the lowering driver → the stock guard: the rules fired that can make the graph launch more than stock
     #: (``LoweringRule.may_add_launches``)
     may_add_launches: set[str] = dataclasses.field(default_factory=set)
-    #: ``UnreadConcatElimination`` and ``RepeatedComputationToFirstValue`` → the stock guard: what they keep alive
-    #: longer (names): cats whose slices read their inputs, so that the readers of their pieces may run before the
-    #: whole cat is written; a value read again where it was computed again
-    may_raise_peak: set[str] = dataclasses.field(default_factory=set)
+    #: ``UnreadConcatElimination``, ``RepeatedComputationToFirstValue`` and ``SummedSmallMatmulsToOneReduction`` →
+    #: the stock guard: by rule, what it keeps alive longer (names): cats whose slices read their inputs, so that the
+    #: readers of their pieces may run before the whole cat is written; a value read again where it was computed
+    #: again; a sum whose matmuls' operands are read at the sum
+    may_raise_peak: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    #: the stock guard → the rules' drivers, in a graph it lowers again: rules that leave it to stock there
+    suspended_rules: frozenset[str] = frozenset()
     #: the stock guard → the post-fusion stage: the guard compares this graph's peak (one it lowered again)
     peak_wanted: bool = False
+    #: the stock guard → the horizontal merges, in a graph it lowers again: stock's peak raised by the tolerance
+    #: (``scheduler_hooks.horizontal.memory.MemoryEstimate``), where it is below the graph's own
+    merge_ceiling: Any = None
     #: the post-fusion stage → the stock guard: the finished schedule's estimated peak memory
     #: (``scheduler_hooks.horizontal.memory.MemoryEstimate``), where the guard compares it
     estimated_peak: Any = None

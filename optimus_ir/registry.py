@@ -17,7 +17,7 @@ from optimus_ir.lowering.gram_entries import SelectedGramEntriesToDotProducts
 from optimus_ir.lowering.grouped_layer_norm import PieceLayerNormsToOneLayerNorm
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
-from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul
+from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul, SummedSmallMatmulsToOneReduction
 from optimus_ir.lowering.matvec import MatvecToRowReduction
 from optimus_ir.lowering.repeated_values import RepeatedComputationToFirstValue
 from optimus_ir.lowering.split_cat import CatConsumerIntoPieces, SplitCatToPointwise
@@ -52,6 +52,7 @@ RULES: tuple[Rule, ...] = (
     EmbeddingBagBackwardOfRegularBagsToScatterAdd(),  # bags of one size; the next one takes all others
     EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(),
     RowScaledMatmulInputToScaledProduct(),
+    SummedSmallMatmulsToOneReduction(),  # small sums; larger ones of shared operands: the next one
     SharedOperandMatmulsToOneMatmul(),
     RepeatedComputationToFirstValue(),
     MatvecToRowReduction(),

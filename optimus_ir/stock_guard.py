@@ -14,9 +14,12 @@ So for a graph in which such a rule fired, ``GraphLowering.codegen`` (:mod:`opti
 
 - launches of one call of the two wrappers (``StockLaunchGuard``): stock's code where it launches fewer;
 - the two finished schedules' estimated peaks (``StockPeakGuard``, the memory model of the horizontal merges,
-  ``GraphState.estimated_peak``): where ours is above stock's raised by the tolerance, the graph is lowered a
-  third time without the split/cat pass, whose merges then keep to the tolerance over stock's own graph; that code
-  where its estimate is within, else stock's.
+  ``GraphState.estimated_peak``): where ours is above stock's raised by the tolerance (its merges kept to the
+  tolerance over the graph they were given, which a lowering rule may have raised), the graph is lowered again
+  with its merges kept under stock's peak raised by the tolerance (``GraphState.merge_ceiling``), then, where that
+  is still above, without one of the rules that noted they may raise it (``GraphState.may_raise_peak``), or all of
+  them, then without the split/cat pass; the first code whose estimate is within and launches no more than
+  stock's, else stock's.
 
 Stock's wrapper is kept in the graph state for the dump, which then does not lower the graph again.
 
@@ -48,9 +51,12 @@ PEAK_RAISING_PASS = "splitcat"
 log = logging.getLogger("optimus_ir")
 
 
-def lower_again(graph: Any, without: Iterable[str] = PASSES) -> tuple[Any, tuple[Any, Any]]:
-    """``graph`` (a ``GraphLowering`` being compiled) lowered once more with the passes ``without`` suspended (by
-    default every pass: stock's lowering): the new ``GraphLowering``, whose schedule's peak is estimated
+def lower_again(
+    graph: Any, without: Iterable[str] = PASSES, ceiling: Any = None, rules: Iterable[str] = ()
+) -> tuple[Any, tuple[Any, Any]]:
+    """``graph`` (a ``GraphLowering`` being compiled) lowered once more with the passes ``without`` and the
+    ``rules`` suspended (by default every pass: stock's lowering), its merges kept under ``ceiling`` where given
+    (``GraphState.merge_ceiling``): the new ``GraphLowering``, whose schedule's peak is estimated
     (``GraphState.estimated_peak``), and what its ``codegen()`` returned (wrapper code, kernel code)."""
     from torch._inductor.graph import GraphLowering
     from torch._inductor.virtualized import V
@@ -66,6 +72,8 @@ def lower_again(graph: Any, without: Iterable[str] = PASSES) -> tuple[Any, tuple
         is_backward=graph.is_backward,
     )
     graph_state.state_of(again).peak_wanted = True
+    graph_state.state_of(again).merge_ceiling = ceiling
+    graph_state.state_of(again).suspended_rules = frozenset(rules)
     with suspended(without), V.set_graph_handler(again), V.set_extern_kernel_nodes([]):
         again.run(*graph.example_inputs)
         code = again.codegen()
@@ -79,7 +87,7 @@ def codegen_hook(codegen: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], t
     def guarded_codegen(graph: Any) -> tuple[Any, Any]:
         code = codegen(graph)
         state = graph_state.existing() if enabled_passes() else None
-        if state is None:
+        if state is None or state.peak_wanted:  # (a graph the guard lowers again is not guarded again)
             return code
         ours = len(parse_wrapper(code[0].value).launches)
         # stock's code could launch fewer only where ours launches more than one
@@ -109,10 +117,12 @@ def codegen_hook(codegen: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], t
     return guarded_codegen
 
 
-def _lowered_again(graph: Any, without: Iterable[str]) -> tuple[Any, tuple[Any, Any]] | None:
+def _lowered_again(
+    graph: Any, without: Iterable[str], ceiling: Any = None, rules: Iterable[str] = ()
+) -> tuple[Any, tuple[Any, Any]] | None:
     """:func:`lower_again`, or None (recorded) where it raised."""
     try:
-        return lower_again(graph, without)
+        return lower_again(graph, without, ceiling, rules)
     except Exception as error:  # the guard must never fail a compile
         log.warning("optimus_ir: lowering the graph again for the guard failed", exc_info=True)
         record(RULE, False, ["<graph>"], f"not compared with stock: lowering it again raised {error!r}")
@@ -134,7 +144,7 @@ def _within_stocks_peak(
     if ours is None or theirs is None:
         record(PEAK_RULE, False, ["<graph>"], "not compared with stock: a schedule was not estimated")
         return code
-    cats = sorted(state.may_raise_peak) or ["<graph>"]
+    cats = sorted(set().union(*state.may_raise_peak.values())) or ["<graph>"]
     ceiling = theirs.raised_by(settings.peak_tolerance())
     peaks = f"estimated peak, stock's → ours: {ours.versus(theirs, ceiling)}"
     if ours.within(ceiling):
@@ -144,16 +154,23 @@ def _within_stocks_peak(
     if disagreement := _disagreement(graph, stock[0]):
         record(PEAK_RULE, False, cats, f"{peaks}, but ours kept: {disagreement}")
         return code
-    if PEAK_RAISING_PASS in enabled_passes() and enabled_passes() - {PEAK_RAISING_PASS}:  # another pass to keep
-        fewer = _lowered_again(graph, [PEAK_RAISING_PASS])
-        estimate = None if fewer is None else graph_state.state_of(fewer[0]).estimated_peak
+    # ours again, its merges under stock's ceiling; then without one of the rules that noted they may raise the
+    # peak, or without all of them; then without the split/cat pass's views, where another pass is left
+    raising = sorted(state.may_raise_peak)
+    retries = [((), (), "its merges kept under stock's ceiling")]
+    for rules in [[name] for name in raising] + ([raising] if len(raising) > 1 else []):
+        retries.append(((), rules, f"lowered without {', '.join(rules)}"))
+    if PEAK_RAISING_PASS in enabled_passes() and enabled_passes() - {PEAK_RAISING_PASS}:
+        retries.append(((PEAK_RAISING_PASS,), (), f"lowered without the {PEAK_RAISING_PASS} pass"))
+    for without, rules, how in retries:
+        other = _lowered_again(graph, without, ceiling, rules)
+        estimate = None if other is None else graph_state.state_of(other[0]).estimated_peak
         if (
-            estimate is not None and estimate.within(ceiling) and not _disagreement(graph, fewer[0])
-            and len(parse_wrapper(fewer[1][0].value).launches) <= len(parse_wrapper(stock[1][0].value).launches)
+            estimate is not None and estimate.within(ceiling) and not _disagreement(graph, other[0])
+            and len(parse_wrapper(other[1][0].value).launches) <= len(parse_wrapper(stock[1][0].value).launches)
         ):
-            record(PEAK_RULE, True, cats,
-                   f"{peaks}: the code lowered without the {PEAK_RAISING_PASS} pass kept ({estimate.peak} bytes)")
-            return _taken(graph, fewer)
+            record(PEAK_RULE, True, cats, f"{peaks}: the code {how} kept ({estimate.peak} bytes)")
+            return _taken(graph, other)
     record(PEAK_RULE, True, cats, f"{peaks}: stock's code kept")
     return _taken(graph, stock)
 

@@ -40,9 +40,14 @@ class MemoryCheck:
     rejected: set[frozenset[str]] = dataclasses.field(default_factory=set)
 
     @classmethod
-    def of(cls, nodes: list[Any], bytes_of: BufferBytes) -> MemoryCheck:
+    def of(cls, nodes: list[Any], bytes_of: BufferBytes, lower: MemoryEstimate | None = None) -> MemoryCheck:
+        """The check of a graph's merges; ``lower``: a ceiling the merges keep to where it is below their own."""
         estimate = peak_memory(nodes, bytes_of)
-        return cls(bytes_of, estimate, estimate.raised_by(settings.peak_tolerance()), len(nodes))
+        ceiling = estimate.raised_by(settings.peak_tolerance())
+        if lower is not None:
+            ceiling = MemoryEstimate(min(ceiling.peak, lower.peak),
+                                     min(ceiling.peak_tangents_freed, lower.peak_tangents_freed))
+        return cls(bytes_of, estimate, ceiling, len(nodes))
 
     def affordable(self, nodes: list[Any]) -> bool:
         """Whether one more estimate of ``nodes`` is within the budget."""

@@ -132,7 +132,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                 record(RULE, False, [m.get_name() for m, _ in part], f"not merged ({wrapper}): stock kernels")
             return nodes
         with planning_worked_out_once(nodes[0].scheduler):
-            check = MemoryCheck.of(nodes, bytes_of)
+            check = MemoryCheck.of(nodes, bytes_of, graph_state.current().merge_ceiling)
             nodes = try_groups(nodes, to_try, check)
             return try_class_sets(nodes, class_sets(_class_units(nodes, candidates)), check)
 
