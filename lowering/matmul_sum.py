@@ -258,7 +258,7 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
             return total
 
         out = to_dtype(fp32_sum(found.device, summand, [rows, cols], [next(iter(inner))]), found.dtype)
-        graph_state.current().may_raise_peak.setdefault(self.name, set()).add(root.name)
+        graph_state.current().note_peak_raise(self.name, root.name)
         add = stock_lowering(aten.add.Tensor)
         replaced: dict[torch.fx.Node, Any] = {}
         for product in found.products:  # the reduction in the first one's place, the addmms' biases in theirs

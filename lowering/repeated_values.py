@@ -109,5 +109,5 @@ class RepeatedComputationToFirstValue(LoweringRule):
         value = _value_of(first)
         if value is None:
             raise Reject(f"the earlier {first.name} is not one buffer of its own")
-        graph_state.current().may_raise_peak.setdefault(self.name, set()).add(first.name)  # held until the later readers: the guard compares
+        graph_state.current().note_peak_raise(self.name, first.name)  # held until the later readers
         return value, f"computed as {first.name} was: its value"

@@ -28,8 +28,10 @@ log = logging.getLogger("optimus_ir")
 def _applies(rule: Any) -> bool:
     """Whether ``rule`` applies now: its pass enabled and not suspended, the rule not suspended in the graph being
     compiled (``GraphState.suspended_rules``)."""
-    state = graph_state.existing() if rule.pass_name in enabled_passes() else None
-    return rule.pass_name in enabled_passes() and (state is None or rule.name not in state.suspended_rules)
+    if rule.pass_name not in enabled_passes():
+        return False
+    state = graph_state.existing()
+    return state is None or rule.name not in state.suspended_rules
 
 
 class LoweringDriver:

@@ -66,6 +66,10 @@ class GraphState:
     #: the stock guard → the dump: the graph's wrapper code lowered with every rule suspended
     stock_wrapper: str | None = None
 
+    def note_peak_raise(self, rule: str, name: str) -> None:
+        """``rule`` keeps ``name`` alive longer than stock would (``may_raise_peak``)."""
+        self.may_raise_peak.setdefault(rule, set()).add(name)
+
 
 _STATES: weakref.WeakKeyDictionary[Any, GraphState] = weakref.WeakKeyDictionary()
 

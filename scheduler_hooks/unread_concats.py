@@ -50,7 +50,7 @@ class UnreadConcatElimination(SchedulerRule):
             removable = self._removable(scheduler, concat, outputs, present)
             if isinstance(removable, str):
                 record(self.name, False, [name], removable)
-                state.may_raise_peak.setdefault(self.name, set()).add(name)
+                state.note_peak_raise(self.name, name)
                 continue
             holders, removed_ops, members = removable
             dead.update(holders)
