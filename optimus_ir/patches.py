@@ -20,7 +20,8 @@ lowered operations before the scheduler is built (``GraphLowering._update_schedu
 (``SIMDScheduling.codegen_combo_kernel``), the frees of regions of one allocation
 (``PythonWrapperCodegen.codegen_free``), the op ``segment_sum`` (its dtype, shape, reads and Triton code, on the
 handlers that need them; ``Scheduler.score_fusion_memory``: no fusion for the runs of one ids tensor its tables
-read), the guard that keeps stock's code where ours would launch more kernels or peak higher
+read), the kernels' names (``codegen.triton.get_fused_kernel_name``: cut to fit Triton's cache file names, so that
+Inductor's static launcher finds their cubins), the guard that keeps stock's code where ours would launch more kernels or peak higher
 (``GraphLowering.codegen``, :mod:`optimus_ir.stock_guard`) and, with ``OPTIMUS_IR_DUMP`` set, the kernel dump
 (``GraphLowering.save_output_code``); and, once ``torch._inductor.codecache`` is imported, the dump of graphs
 served from Inductor's cache (``FxGraphCache.load_with_key``).
@@ -45,6 +46,12 @@ from optimus_ir.patching import PATCHES
 from optimus_ir.rule import Stage
 
 __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", "uninstall"]
+
+#: Triton 3.6 names a kernel's cubin by the first 150 characters of the kernel's name, where Inductor 2.11's static
+#: launcher looks for the whole name: a longer name is launched by Triton's Python launcher, at a higher host cost
+#: per launch (``benchmarks/results/2026-12-06/README.md``). A fused name is cut so that ``triton_poi_<fused>_<n>``
+#: stays within it, ``n`` up to 6 digits.
+MAX_FUSED_NAME = 150 - len("triton_poi__") - 6
 
 
 @functools.cache
@@ -162,6 +169,7 @@ def _install_cache_hook() -> None:
 
 def install_compile_hooks() -> None:
     """The lowering overrides and the method replacements (imports ``torch._inductor.lowering``)."""
+    from torch._inductor.codegen import triton as triton_codegen
     from torch._inductor.codegen.simd import SIMDScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
     from torch._inductor.graph import GraphLowering
@@ -180,6 +188,7 @@ def install_compile_hooks() -> None:
     PATCHES.replace(PythonWrapperCodegen, "codegen_free", _with_regions_freed)
     PATCHES.replace(SIMDScheduling, "codegen_combo_kernel", _with_group_kernels)
     PATCHES.replace(GraphLowering, "codegen", stock_guard.codegen_hook)
+    PATCHES.replace(triton_codegen, "get_fused_kernel_name", _within_cubin_names)
     _install_segment_sum()
     if dump.dump_dir() is not None:
         PATCHES.replace(GraphLowering, "save_output_code", lambda stock: staticmethod(dump.output_code_hook(stock)))
@@ -213,6 +222,14 @@ def uninstall() -> None:
     """Put back everything :func:`install_config_hooks` and :func:`install_compile_hooks` replaced."""
     PATCHES.undo()
     dump.stop()
+
+
+def _within_cubin_names(stock: Callable[..., str]) -> Callable[..., str]:
+    @functools.wraps(stock)
+    def get_fused_kernel_name(*args: Any, **kwargs: Any) -> str:
+        return stock(*args, **kwargs)[:MAX_FUSED_NAME]
+
+    return get_fused_kernel_name
 
 
 def _with_pre_scheduler_rules(stock: Callable[[Any], None]) -> Callable[[Any], None]:
