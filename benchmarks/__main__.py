@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "guard-records": ("benchmarks.probes.guard_records", "the stock guard's decisions in a compile as the real suite's"),
     "seed-scale": ("benchmarks.probes.seed_scale", "issue 33's seed at full size: first call, kernels, ms per call, by variant in processes of their own"),
     "gram-entries": ("benchmarks.probes.gram_entries", "DLRM's interaction: bmm and gather against the kept pairs' dot products"),
+    "matmul-sum-cost": ("benchmarks.probes.matmul_sum_cost", "sums of Linears as one reduction against cuBLAS, by "
+                        "size (the bound's calibration), and real models with and without it"),
+    "launchers": ("benchmarks.probes.launchers", "a real model's Triton kernels by launcher (static or Triton's "
+                  "Python one), by variant"),
     "virtual-peaks": ("benchmarks.probes.virtual_peaks", "launches and replayed wrapper peaks per graph on the virtual device, stock against optimus_ir"),
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
     "flat-transpose-cost": ("benchmarks.probes.flat_transpose_cost", "transposes over one flat index against 2-d "

@@ -193,6 +193,40 @@ def measure_case(model: RealModel, mode: str, start: float) -> list[dict[str, An
     return list(rows.values())
 
 
+def with_and_without_rule(
+    name: str, without: contextlib.AbstractContextManager, rules: tuple[str, ...], mode: str = "inference"
+) -> list[dict[str, Any]]:
+    """Model ``name`` compiled by optimus_ir as it is and inside ``without`` (a patch that refuses or bounds a
+    rule), each cold through a function and a backend of its own; kernels per call, GPU ms per call, which of
+    ``rules`` fired and the error against eager, then ms per call timed in turns (:func:`time_in_turns`)."""
+    (model,) = select("all", [name])
+    module, inputs = prepared(model, mode, "cuda")
+    params = list(module.parameters())
+    optimus_ir = next(v for v in VARIANTS if v.name == "optimus_ir")
+    expected = make_call(module, inputs, mode, params)()
+    rows: dict[str, dict[str, Any]] = {}
+    calls: dict[str, tuple[Variant, Callable[[], list[torch.Tensor]]]] = {}
+    torch._dynamo.reset()
+    with contextlib.ExitStack() as caches:
+        for label, patch in (("with the rule", contextlib.nullcontext()), ("without the rule", without)):
+            caches.enter_context(cold_compile(reset=False))
+            with patch, variant_context(optimus_ir), recording() as records:
+                compiled = torch.compile(own_copy(_forward(module), label.replace(" ", "_")), backend=OwnInductor())
+                call = make_call(compiled, inputs, mode, params)
+                actual = call()
+                rows[label] = {"model": name, "mode": mode, "variant": label, "kernels/call": kernels_per_call(call),
+                               "GPU ms/call": kernel_ms_per_call(call),
+                               "rules fired": sorted({r.rule for r in records if r.fired and r.rule in rules}),
+                               "max rel err": max_rel_error(actual, expected)}
+            calls[label] = (optimus_ir, call)
+        for label, times in time_in_turns(calls).items():
+            rows[label] |= {"ms/call": times["ms/call"], "fastest other / this": times["fastest other / this"]}
+            print(rows[label], flush=True)
+        drop_grads(params)
+    torch._dynamo.reset()
+    return list(rows.values())
+
+
 def _forward(module: Callable[..., Any]) -> Callable[..., Any]:
     def forward(*args: Any) -> Any:
         return module(*args)

@@ -21,19 +21,16 @@ from torch._inductor.runtime.hints import ReductionHint
 
 from benchmarks.measure import (
     VARIANTS,
-    OwnInductor,
     cold_compile,
     graph_replay_ms,
     header,
     max_rel_error,
-    own_copy,
     variant_context,
     write_results,
 )
-from benchmarks.real_models import make_call, prepared, select, time_in_turns
+from benchmarks.real_models import with_and_without_rule
 from optimus_ir.lowering import gram_entries
 from optimus_ir.rule import NotApplicable
-from optimus_ir.testing.measure import kernel_ms_per_call, kernels_per_call
 from optimus_ir.records import recording
 from optimus_ir.testing.golden_horizontal import dlrm_interaction_and_logit
 
@@ -79,39 +76,10 @@ def main() -> None:
                          "max rel err": max_rel_error(actual, expected)})
             print(rows[-1], flush=True)
     write_results(args.out, "gram_entries", header(" ".join(sys.argv)), rows, list(rows[0]))
-    models = [row for name in args.models for row in _with_and_without(name)]
-    write_results(args.out, "gram_entries_models", header(" ".join(sys.argv)), models, list(models[0]))
-
-
-def _with_and_without(name: str) -> list[dict]:
-    """Model ``name`` in inference compiled by optimus_ir with the rule and with it refused, each through a function
-    and a backend of its own; kernels per call, GPU ms per call, then ms per call timed in turns."""
-    (model,) = select("all", [name])
-    module, inputs = prepared(model, "inference", "cuda")
-    optimus_ir = next(v for v in VARIANTS if v.name == "optimus_ir")
     refused = mock.patch.object(gram_entries.SelectedGramEntriesToDotProducts, "rewrite",
                                 side_effect=NotApplicable("refused by the probe"))
-    expected = make_call(module, inputs, "inference", [])()
-    rows, calls = {}, {}
-    torch._dynamo.reset()
-    with contextlib.ExitStack() as caches:
-        for label, patch in (("with the rule", contextlib.nullcontext()), ("without the rule", refused)):
-            caches.enter_context(cold_compile(reset=False))
-            with patch, variant_context(optimus_ir), recording() as records:
-                compiled = torch.compile(own_copy(lambda *a: module(*a), label.replace(" ", "_")),
-                                         backend=OwnInductor())
-                call = make_call(compiled, inputs, "inference", [])
-                actual = call()
-                rows[label] = {"model": name, "variant": label, "kernels/call": kernels_per_call(call),
-                               "GPU ms/call": kernel_ms_per_call(call),
-                               "rules fired": sorted({r.rule for r in records if r.fired and r.rule in _RULES}),
-                               "max rel err": max_rel_error(actual, expected)}
-            calls[label] = (optimus_ir, call)
-        for label, times in time_in_turns(calls).items():
-            rows[label] |= {"ms/call": times["ms/call"], "fastest other / this": times["fastest other / this"]}
-            print(rows[label], flush=True)
-    torch._dynamo.reset()
-    return list(rows.values())
+    models = [row for name in args.models for row in with_and_without_rule(name, refused, _RULES)]
+    write_results(args.out, "gram_entries_models", header(" ".join(sys.argv)), models, list(models[0]))
 
 
 if __name__ == "__main__":
