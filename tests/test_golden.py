@@ -6,6 +6,7 @@ from unittest import mock
 
 import pytest
 import torch
+import torch._inductor.config as inductor_config
 from torch._inductor.graph import GraphLowering
 
 import optimus_ir
@@ -55,7 +56,7 @@ def test_numerics_in_interpreter(case):
     expected = case.fn(*eager_inputs)
     codes = []
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
-            mock.patch.object(GraphLowering, "save_output_code", codes.append):
+            inductor_config.patch(case.cpu_config), mock.patch.object(GraphLowering, "save_output_code", codes.append):
         actual = torch.compile(case.fn, fullgraph=True)(*inputs)
         backward_with_same_grads(actual, expected)
     assert {r.rule for r in records if r.fired} >= set(case.fired)

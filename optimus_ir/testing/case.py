@@ -19,6 +19,9 @@ class Case:
     fired: tuple[str, ...]  # rules that must fire
     atol: float = 1e-5
     rtol: float = 1e-5
+    #: Inductor settings of the interpreter's compile on the CPU, where Inductor's CPU passes would change the graph
+    #: the GPU's compile has (its pattern passes fold a sum of matmuls into addmms there)
+    cpu_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def backward_with_same_grads(actual: Any, expected: Any) -> None:

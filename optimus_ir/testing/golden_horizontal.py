@@ -293,6 +293,38 @@ HORIZONTAL_CASES.append(
 )
 
 
+def summed_mean_convs(x, s1, c1, s2, c2, w1, v1, w2, v2, b):
+    """Two SAGE convolutions into one node type, summed (torch_geometric's ``to_hetero``, ``aggr="sum"``): a Linear
+    of each mean message and of the node's own features ``x``, one bias, and the next layer's relu."""
+    first = (s1 / c1.clamp(min=1)) @ w1.t() + x @ v1.t()
+    second = (s2 / c2.clamp(min=1)) @ w2.t() + x @ v2.t()
+    return torch.relu(first + second + b)
+
+
+def _summed_mean_convs_inputs() -> tuple[torch.Tensor, ...]:
+    x, s1, s2 = (torch.randn(48, 16) for _ in range(3))
+    c1, c2 = ((torch.rand(48, 1) * 4).floor() for _ in range(2))
+    return (x, s1, c1, s2, c2, *(torch.randn(8, 16) for _ in range(4)), torch.randn(8))
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        "summed_mean_convs",
+        summed_mean_convs,
+        _summed_mean_convs_inputs,
+        # stock: the means, four matmuls and a kernel for their sum, the bias and the relu; optimus_ir: one
+        # reduction over the inner dimension, the means divided where read, the bias and relu fused in (its training
+        # step's numerics: tests/test_matmul_sum.py, where the CPU's backward differs from the GPU's)
+        7,
+        1,
+        ("SummedSmallMatmulsToOneReduction",),
+        atol=1e-4,
+        rtol=1e-4,
+        cpu_config={"pattern_matcher": False},
+    )
+)
+
+
 def dlrm_interaction_and_logit(stacked, rows, cols, w, b):
     """DLRM's top: the lower triangle of the pairwise dot products of the stacked features (the bottom MLP's output
     and the pooled embeddings), a Linear to one logit and its sigmoid."""
