@@ -3,19 +3,31 @@ compile, Triton's included), kernels and ms per call and the error against eager
 its own under a time limit, so that a compile that does not finish (stock's at 192 × 16) is a row that says so and
 the next variant still runs.
 
+The variant ``floor`` (inference) is the least any compiled call of the case costs: Dynamo and AOTAutograd as
+Inductor's calls have them (guards on every weight, the weights passed as inputs), and a compiled forward that runs
+no kernel and returns eager's outputs; ``floor-no-guards`` the same called with Dynamo's guards skipped
+(``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): what the guards on the weights cost. Neither runs a
+kernel, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the other variants need a
+GPU).
+
     python -m benchmarks seed-scale --out DIR --cases seed-192x16/inference --variants optimus_ir stock --limit 400
+    python -m benchmarks seed-scale --out DIR --device cpu --variants floor --cases seed-48x4/inference ...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch._dynamo.backends.common import aot_autograd
 
 from benchmarks.measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results
 from benchmarks.real_models import make_call, prepared_case
@@ -23,12 +35,47 @@ from optimus_ir.records import recording
 from optimus_ir.testing.measure import kernels_per_call
 
 
-def _one(case: str, variant_name: str) -> dict:
+FLOOR, FLOOR_NO_GUARDS = "floor", "floor-no-guards"
+#: calls timed for the floor, after as many warm-up calls
+FLOOR_CALLS = 100
+
+
+def _floor_ms(module: torch.nn.Module, inputs: tuple, expected: list[torch.Tensor], guards: bool) -> float:
+    """Host milliseconds per call of ``module`` compiled with a forward that runs nothing (the median of
+    ``FLOOR_CALLS`` calls after as many), its guards evaluated or (``guards`` False) skipped."""
+
+    def runs_nothing(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        def forward(args: list) -> list[torch.Tensor]:
+            args.clear()
+            return list(expected)
+
+        forward._boxed_call = True
+        return forward
+
+    call = make_call(torch.compile(module, backend=aot_autograd(fw_compiler=runs_nothing)), inputs, "inference", [])
+    call()
+    times = []
+    with contextlib.nullcontext() if guards else torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+        for _ in range(2 * FLOOR_CALLS):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[FLOOR_CALLS:]) * 1000
+
+
+def _one(case: str, variant_name: str, device: str = "cuda") -> dict:
     """One variant of ``case`` measured in this process (eager too, where ``variant_name`` is ``eager``)."""
-    name, mode, module, inputs = prepared_case(case, "cuda")
+    name, mode, module, inputs = prepared_case(case, device)
     params = list(module.parameters()) if mode == "training" else []
     eager = make_call(module, inputs, mode, params)
     expected = eager()
+    if variant_name in (FLOOR, FLOOR_NO_GUARDS):
+        if mode != "inference":
+            raise ValueError("the floor is measured for inference")
+        return {"case": case, "variant": variant_name, "device": device, "kernels/call": 0,
+                "ms/call": _floor_ms(module, inputs, expected, guards=variant_name == FLOOR)}
+    if device != "cuda":
+        raise ValueError(f"{variant_name} is timed on a GPU")
     if variant_name == "eager":
         return {"case": case, "variant": "eager", "kernels/call": kernels_per_call(eager),
                 "ms/call": cuda_time_ms(eager, repeat=5)}
@@ -52,15 +99,16 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=["seed-192x16/inference"])
     parser.add_argument("--variants", nargs="+", default=["optimus_ir", "stock"])
     parser.add_argument("--limit", type=float, default=400, help="seconds a variant's process may take")
-    parser.add_argument("--one", nargs=2, metavar=("CASE", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", help="cpu: the floor alone")
+    parser.add_argument("--one", nargs=3, metavar=("CASE", "VARIANT", "DEVICE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(_one(*args.one)), flush=True)
         return
     rows = []
     for case in args.cases:
-        for variant in ["eager", *args.variants]:
-            command = [sys.executable, "-m", "benchmarks.probes.seed_scale", "--one", case, variant]
+        for variant in ["eager", *args.variants] if args.device == "cuda" else args.variants:
+            command = [sys.executable, "-m", "benchmarks.probes.seed_scale", "--one", case, variant, args.device]
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.limit)
                 lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
