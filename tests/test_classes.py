@@ -321,4 +321,6 @@ def test_classes_whose_kernels_have_helper_functions_keep_each_its_own():
         assert kernel.source.count(f"def _triton_helper_fn_add0_class{k}(") == 1
         assert re.search(rf"tl\.associative_scan\(\(tmp\d+,\), 1, _triton_helper_fn_add0_class{k}\)", kernel.source)
     actual, expected, _ = _interpreted(scans_and_a_sum, inputs)
-    torch.testing.assert_close(actual, expected)
+    # a scan adds in a tree where eager adds left to right: partial sums of 128 normal values differ by up to
+    # ~1e-4 (a run with default tolerances failed on 15 of 8,192 elements, 2e-5 apart)
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-5)
