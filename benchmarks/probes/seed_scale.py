@@ -3,12 +3,14 @@ compile, Triton's included), kernels and ms per call and the error against eager
 its own under a time limit, so that a compile that does not finish (stock's at 192 × 16) is a row that says so and
 the next variant still runs.
 
-The variant ``floor`` (inference) is the least any compiled call of the case costs: Dynamo and AOTAutograd as
-Inductor's calls have them (guards on every weight, the weights passed as inputs), and a compiled forward that runs
-no kernel and returns eager's outputs; ``floor-no-guards`` the same called with Dynamo's guards skipped
+The variant ``floor`` is the least any compiled call of the case costs: Dynamo and AOTAutograd as Inductor's calls
+have them (guards on every weight, the weights passed as inputs, Inductor's partition of a training graph), and
+compiled graphs that run no kernel: each returns what it returned on its first call (a training step's forward its
+outputs and saved tensors, its backward the gradients, which autograd then accumulates into each weight's
+``.grad``). ``floor-no-guards`` the same called with Dynamo's guards skipped
 (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): what the guards on the weights cost. Neither runs a
-kernel, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the other variants need a
-GPU).
+kernel after the first call, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the
+other variants need a GPU).
 
     python -m benchmarks seed-scale --out DIR --cases seed-192x16/inference --variants optimus_ir stock --limit 400
     python -m benchmarks seed-scale --out DIR --device cpu --variants floor --cases seed-48x4/inference ...
@@ -25,9 +27,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from benchmarks.measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results
 from benchmarks.real_models import make_call, prepared_case
@@ -40,25 +44,36 @@ FLOOR, FLOOR_NO_GUARDS = "floor", "floor-no-guards"
 FLOOR_CALLS = 100
 
 
-def _floor_ms(module: torch.nn.Module, inputs: tuple, expected: list[torch.Tensor], guards: bool) -> float:
-    """Host milliseconds per call of ``module`` compiled with a forward that runs nothing (the median of
-    ``FLOOR_CALLS`` calls after as many), its guards evaluated or (``guards`` False) skipped."""
+def _floor_ms(call_of: Callable[[torch.nn.Module], Callable[[], Any]], module: torch.nn.Module, guards: bool) -> float:
+    """Host milliseconds per call of ``module`` compiled with graphs that run nothing after their first call (the
+    median of ``FLOOR_CALLS`` calls after as many), its guards evaluated or (``guards`` False) skipped; ``call_of``
+    makes one call (inference or a training step) of a module."""
 
     def runs_nothing(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        def forward(args: list) -> list[torch.Tensor]:
+        returned: list[Any] = []
+
+        def forward(args: list) -> list[Any]:
+            if not returned:
+                returned.extend(graph(*args))
             args.clear()
-            return list(expected)
+            return list(returned)
 
         forward._boxed_call = True
         return forward
 
-    call = make_call(torch.compile(module, backend=aot_autograd(fw_compiler=runs_nothing)), inputs, "inference", [])
+    backend = aot_autograd(
+        fw_compiler=runs_nothing, bw_compiler=runs_nothing, partition_fn=min_cut_rematerialization_partition
+    )
+    call = call_of(torch.compile(module, backend=backend))
     call()
+    cuda = next(module.parameters()).device.type == "cuda"
     times = []
     with contextlib.nullcontext() if guards else torch.compiler.set_stance(skip_guard_eval_unsafe=True):
         for _ in range(2 * FLOOR_CALLS):
             start = time.perf_counter()
             call()
+            if cuda:
+                torch.cuda.synchronize()  # (the loss's kernels, outside the compiled graphs)
             times.append(time.perf_counter() - start)
     return statistics.median(times[FLOOR_CALLS:]) * 1000
 
@@ -70,10 +85,8 @@ def _one(case: str, variant_name: str, device: str = "cuda") -> dict:
     eager = make_call(module, inputs, mode, params)
     expected = eager()
     if variant_name in (FLOOR, FLOOR_NO_GUARDS):
-        if mode != "inference":
-            raise ValueError("the floor is measured for inference")
-        return {"case": case, "variant": variant_name, "device": device, "kernels/call": 0,
-                "ms/call": _floor_ms(module, inputs, expected, guards=variant_name == FLOOR)}
+        ms = _floor_ms(lambda compiled: make_call(compiled, inputs, mode, params), module, variant_name == FLOOR)
+        return {"case": case, "variant": variant_name, "device": device, "kernels/call": 0, "ms/call": ms}
     if device != "cuda":
         raise ValueError(f"{variant_name} is timed on a GPU")
     if variant_name == "eager":
