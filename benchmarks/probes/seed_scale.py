@@ -6,8 +6,8 @@ the next variant still runs.
 The variant ``floor`` is the least any compiled call of the case costs: Dynamo and AOTAutograd as Inductor's calls
 have them (guards on every weight, the weights passed as inputs, Inductor's partition of a training graph), and
 compiled graphs that run no kernel: each returns what it returned on its first call (a training step's forward its
-outputs and saved tensors, its backward the gradients, which autograd then accumulates into each weight's
-``.grad``). ``floor-no-guards`` the same called with Dynamo's guards skipped
+outputs and saved tensors), but a backward's gradients, which autograd takes over as each weight's ``.grad`` (it
+would copy a tensor someone else holds): those are new tensors each call, allocated as any compiled backward must. ``floor-no-guards`` the same called with Dynamo's guards skipped
 (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): what the guards on the weights cost. Neither runs a
 kernel after the first call, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the
 other variants need a GPU).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import subprocess
@@ -49,20 +50,23 @@ def _floor_ms(call_of: Callable[[torch.nn.Module], Callable[[], Any]], module: t
     median of ``FLOOR_CALLS`` calls after as many), its guards evaluated or (``guards`` False) skipped; ``call_of``
     makes one call (inference or a training step) of a module."""
 
-    def runs_nothing(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    def runs_nothing(graph: torch.fx.GraphModule, example_inputs: list, new: bool = False) -> Callable:
         returned: list[Any] = []
 
         def forward(args: list) -> list[Any]:
             if not returned:
                 returned.extend(graph(*args))
             args.clear()
+            if new:
+                return [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in returned]
             return list(returned)
 
         forward._boxed_call = True
         return forward
 
     backend = aot_autograd(
-        fw_compiler=runs_nothing, bw_compiler=runs_nothing, partition_fn=min_cut_rematerialization_partition
+        fw_compiler=runs_nothing, bw_compiler=functools.partial(runs_nothing, new=True),
+        partition_fn=min_cut_rematerialization_partition,
     )
     call = call_of(torch.compile(module, backend=backend))
     call()
