@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report-modules": ("benchmarks.probes.report_modules", "compile_report on real modules torch.compile takes"),
     "guard-cost": ("benchmarks.probes.guard_cost", "compile seconds with and without the stock guard (no GPU needed)"),
     "guard-records": ("benchmarks.probes.guard_records", "the stock guard's decisions in a compile as the real suite's"),
-    "seed-scale": ("benchmarks.probes.seed_scale", "issue 33's seed at full size: first call, kernels, ms per call, by variant in processes of their own"),
+    "seed-scale": ("benchmarks.probes.seed_scale", "issue 33's seed at full size: first call, kernels, ms per call, by variant in processes of their own; the floor of any case"),
     "gram-entries": ("benchmarks.probes.gram_entries", "DLRM's interaction: bmm and gather against the kept pairs' dot products"),
     "matmul-sum-cost": ("benchmarks.probes.matmul_sum_cost", "sums of Linears as one reduction against cuBLAS, by "
                         "size (the bound's calibration), and real models with and without it"),

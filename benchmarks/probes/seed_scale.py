@@ -7,13 +7,14 @@ The variant ``floor`` is the least any compiled call of the case costs: Dynamo a
 have them (guards on every weight, the weights passed as inputs, Inductor's partition of a training graph), and
 compiled graphs that run no kernel: each returns what it returned on its first call (a training step's forward its
 outputs and saved tensors), but a backward's gradients, which autograd takes over as each weight's ``.grad`` (it
-would copy a tensor someone else holds): those are new tensors each call, allocated as any compiled backward must. ``floor-no-guards`` the same called with Dynamo's guards skipped
+would copy a tensor someone else holds): those are new tensors each call, allocated as any compiled backward must.
+``floor-no-guards`` the same called with Dynamo's guards skipped
 (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): what the guards on the weights cost. Neither runs a
 kernel after the first call, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the
 other variants need a GPU).
 
     python -m benchmarks seed-scale --out DIR --cases seed-192x16/inference --variants optimus_ir stock --limit 400
-    python -m benchmarks seed-scale --out DIR --device cpu --variants floor --cases seed-48x4/inference ...
+    python -m benchmarks seed-scale --out DIR --device cpu --variants floor --cases seed-48x4/training ...
 """
 
 from __future__ import annotations
