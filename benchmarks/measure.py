@@ -143,6 +143,35 @@ class OwnInductor(torch._TorchCompileInductorWrapper):
     __hash__ = object.__hash__
 
 
+def runs_nothing_backend() -> Any:
+    """A ``torch.compile`` backend whose compiled graphs run no kernel after their first call: Dynamo and AOTAutograd
+    as Inductor's calls have them (Inductor's partition of a training graph), each graph returning what its first
+    call returned; a backward's gradients are new tensors each call (autograd takes a gradient over as the weight's
+    ``.grad`` only where nobody else holds it, and copies one that is held), allocated as any compiled backward
+    must. What any compiled call of a function costs before its first kernel: the floor of its time per call."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def compiler(graph: torch.fx.GraphModule, example_inputs: Any, new: bool = False) -> Callable:
+        returned: list[Any] = []
+
+        def run(args: list[Any]) -> list[Any]:
+            if not returned:
+                returned.extend(graph(*args))
+            args.clear()
+            if new:
+                return [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in returned]
+            return list(returned)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    return aot_autograd(
+        fw_compiler=compiler, bw_compiler=lambda graph, example_inputs: compiler(graph, example_inputs, new=True),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+
+
 def cuda_time_ms(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:
     """Median milliseconds of one ``fn()`` call, timed with CUDA events around each call (launch overhead in)."""
     for _ in range(warmup):

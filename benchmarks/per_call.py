@@ -50,6 +50,7 @@ from benchmarks.measure import (
     inductor_call_us_per_call,
     max_rel_error,
     own_copy,
+    runs_nothing_backend,
     variant_context,
     write_results,
 )
@@ -69,18 +70,10 @@ NOTHING = "nothing (Dynamo + AOTAutograd only)"
 FRESH = "fresh outputs, no kernel (Dynamo + AOTAutograd + making and freeing the outputs)"
 
 
-def compiled_nothing(fn: Callable, outputs: list[torch.Tensor]) -> Callable:
-    """``fn`` through Dynamo and AOTAutograd with a compiled graph that returns ``outputs`` (made before)."""
-
-    def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
-        def run(args: list[Any]) -> list[torch.Tensor]:
-            args.clear()
-            return list(outputs)
-
-        run._boxed_call = True  # type: ignore[attr-defined]
-        return run
-
-    return torch.compile(own_copy(fn, "nothing"), backend=aot_autograd(fw_compiler=compiler), dynamic=False)
+def compiled_nothing(fn: Callable) -> Callable:
+    """``fn`` through Dynamo and AOTAutograd with a compiled graph that returns its first call's outputs
+    (:func:`~benchmarks.measure.runs_nothing_backend`)."""
+    return torch.compile(own_copy(fn, "nothing"), backend=runs_nothing_backend(), dynamic=False)
 
 
 def fresh_like(outputs: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
@@ -129,7 +122,7 @@ def storm_rows(name: str, fn: Callable, inputs: list[torch.Tensor], rounds: int)
             errors[label] = max(max_rel_error(run(*inputs), expected) for _ in range(3))  # graphs: recorded, replayed
         calls[label] = lambda run=run: run(*inputs)
         contexts[label] = variant
-    nothing = compiled_nothing(fn, list(expected))
+    nothing = compiled_nothing(fn)
     nothing(*inputs)
     calls[NOTHING] = lambda: nothing(*inputs)
     fresh = compiled_fresh_outputs(fn, list(expected))

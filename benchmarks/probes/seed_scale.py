@@ -3,12 +3,9 @@ compile, Triton's included), kernels and ms per call and the error against eager
 its own under a time limit, so that a compile that does not finish (stock's at 192 × 16) is a row that says so and
 the next variant still runs.
 
-The variant ``floor`` is the least any compiled call of the case costs: Dynamo and AOTAutograd as Inductor's calls
-have them (guards on every weight, the weights passed as inputs, Inductor's partition of a training graph), and
-compiled graphs that run no kernel: each returns what it returned on its first call (a training step's forward its
-outputs and saved tensors), but a backward's gradients, which autograd takes over as each weight's ``.grad`` (it
-would copy a tensor someone else holds): those are new tensors each call, allocated as any compiled backward must.
-``floor-no-guards`` the same called with Dynamo's guards skipped
+The variant ``floor`` is the least any compiled call of the case costs: Dynamo's guards on every weight, the
+weights passed as inputs, and compiled graphs that run no kernel after their first call
+(``measure.runs_nothing_backend``). ``floor-no-guards`` the same called with Dynamo's guards skipped
 (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): what the guards on the weights cost. Neither runs a
 kernel after the first call, so both are timed by the host's clock and run on the CPU too (``--device cpu``; the
 other variants need a GPU).
@@ -21,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import statistics
 import subprocess
@@ -32,10 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from benchmarks.measure import VARIANTS, cold_compile, cuda_time_ms, header, max_rel_error, variant_context, write_results
+from benchmarks.measure import (
+    VARIANTS,
+    cold_compile,
+    cuda_time_ms,
+    header,
+    max_rel_error,
+    runs_nothing_backend,
+    variant_context,
+    write_results,
+)
 from benchmarks.real_models import make_call, prepared_case
 from optimus_ir.records import recording
 from optimus_ir.testing.measure import kernels_per_call
@@ -47,29 +50,10 @@ FLOOR_CALLS = 100
 
 
 def _floor_ms(call_of: Callable[[torch.nn.Module], Callable[[], Any]], module: torch.nn.Module, guards: bool) -> float:
-    """Host milliseconds per call of ``module`` compiled with graphs that run nothing after their first call (the
-    median of ``FLOOR_CALLS`` calls after as many), its guards evaluated or (``guards`` False) skipped; ``call_of``
-    makes one call (inference or a training step) of a module."""
-
-    def runs_nothing(graph: torch.fx.GraphModule, example_inputs: list, new: bool = False) -> Callable:
-        returned: list[Any] = []
-
-        def forward(args: list) -> list[Any]:
-            if not returned:
-                returned.extend(graph(*args))
-            args.clear()
-            if new:
-                return [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in returned]
-            return list(returned)
-
-        forward._boxed_call = True
-        return forward
-
-    backend = aot_autograd(
-        fw_compiler=runs_nothing, bw_compiler=functools.partial(runs_nothing, new=True),
-        partition_fn=min_cut_rematerialization_partition,
-    )
-    call = call_of(torch.compile(module, backend=backend))
+    """Host milliseconds per call of ``module`` compiled with graphs that run nothing after their first call
+    (:func:`~benchmarks.measure.runs_nothing_backend`; the median of ``FLOOR_CALLS`` calls after as many), its
+    guards evaluated or (``guards`` False) skipped; ``call_of`` makes one call (inference or a training step)."""
+    call = call_of(torch.compile(module, backend=runs_nothing_backend()))
     call()
     cuda = next(module.parameters()).device.type == "cuda"
     times = []
