@@ -143,24 +143,38 @@ class OwnInductor(torch._TorchCompileInductorWrapper):
     __hash__ = object.__hash__
 
 
+#: What Inductor's wrapper code allocates a buffer with, by device type (its ``empty_strided_cuda`` lines).
+_WRAPPER_ALLOCATORS = {
+    "cuda": torch._C._dynamo.guards._empty_strided_cuda,
+    "cpu": torch._C._dynamo.guards._empty_strided_cpu,
+}
+
+
 def runs_nothing_backend() -> Any:
     """A ``torch.compile`` backend whose compiled graphs run no kernel after their first call: Dynamo and AOTAutograd
     as Inductor's calls have them (Inductor's partition of a training graph), each graph returning what its first
     call returned; a backward's gradients are new tensors each call (autograd takes a gradient over as the weight's
     ``.grad`` only where nobody else holds it, and copies one that is held), allocated as any compiled backward
-    must. What any compiled call of a function costs before its first kernel: the floor of its time per call."""
+    must, by the call Inductor's wrapper allocates with (``torch.empty_like`` costs more host time a tensor than a
+    compiled backward pays). What any compiled call of a function costs before its first kernel: the floor of its
+    time per call."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     def compiler(graph: torch.fx.GraphModule, example_inputs: Any, new: bool = False) -> Callable:
         returned: list[Any] = []
+        made: list[tuple[Any, ...]] = []  # per output: its allocator, size, stride and dtype (None, the value)
 
         def run(args: list[Any]) -> list[Any]:
             if not returned:
                 returned.extend(graph(*args))
+                made.extend(
+                    (_WRAPPER_ALLOCATORS[t.device.type], tuple(t.size()), tuple(t.stride()), t.dtype)
+                    if isinstance(t, torch.Tensor) else (None, t) for t in returned
+                )
             args.clear()
-            if new:
-                return [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in returned]
+            if new:  # allocated as Inductor's wrapper allocates its buffers
+                return [m[1] if m[0] is None else m[0](m[1], m[2], m[3]) for m in made]
             return list(returned)
 
         run._boxed_call = True  # type: ignore[attr-defined]
