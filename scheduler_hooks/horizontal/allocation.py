@@ -28,7 +28,7 @@ class OneAllocation:
     assumes of every buffer), in the order of ``names``: end to end along the first dimension (``rows``: the row
     count of each; ``padding``: the rows left unused after each, where a region is not a multiple of 16 bytes),
     or, members of one shape, one region at the start of each row of a ``[N, row]`` allocation (``rows`` None;
-    ``region``: their shape)."""
+    ``region``: their shape; ``region_stride``: their strides, where not contiguous)."""
 
     names: tuple[str, ...]
     shape: tuple[int, ...]  # of the allocation
@@ -39,6 +39,7 @@ class OneAllocation:
     dtype: torch.dtype
     device: torch.device
     padding: tuple[int, ...] | None = None
+    region_stride: tuple[int, ...] | None = None  # where not contiguous: one for every region
 
 
 def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
@@ -49,7 +50,10 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
       member);
     - buffers that other kernels read, each smaller than the CUDA caching allocator's 512-byte block, which it
       would round each of them up to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of
-      blocks for 768 bytes). The allocation lives until the last reader of any of them is done.
+      blocks for 768 bytes). The allocation lives until the last reader of any of them is done;
+    - buffers of any size that one node alone reads, all of them (:func:`_one_reader`: the merged second stage of
+      split reductions, known once it is merged, at code generation): freed after it as each would be (the
+      partial sums of 100 layer norms' weight and bias gradients: 4 KB each, of strides ``(1, 64)``).
 
     Not a training graph's outputs: what becomes of them is beyond this graph's estimates (a forward's are saved
     for the backward, which frees each after its last use; a backward's gradients are accumulated into the
@@ -60,10 +64,10 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
     time per call than separate tensors.
 
     Only the members' own buffers (not an input updated in place, not written at an offset into another buffer), of
-    static contiguous layouts and no elements of their own left out (a buffer only its own kernel reads is never
-    allocated), where the caching allocator counts the one allocation as no more than the separate ones
-    (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block, 15 MiB together a
-    segment of 16 MiB counted whole)."""
+    static layouts (contiguous, or one dense layout for all) and no elements of their own left out (a buffer only
+    its own kernel reads is never allocated), where the caching allocator counts the one allocation as no more than
+    the separate ones (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block,
+    15 MiB together a segment of 16 MiB counted whole)."""
     if len(members) < 2 or structures[0].numel_expr is not None or buffers.cudagraph_trees():
         return {}  # (one member: its buffer is the allocation)
     scheduler = members[0].scheduler
@@ -85,19 +89,31 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
         if returned == {True} and not V.graph.is_inference:
             continue  # see the docstring
         layouts = [buf.node.get_output_spec() for buf in member_buffers]
-        if not all(
-            type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts
-        ):
+        if not all(type(layout) is ir.FixedLayout and layout.offset == 0 for layout in layouts):
             continue
-        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in layout.size):
+        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in (*layout.size, *layout.stride)):
             continue
         shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
         itemsize = layouts[0].dtype.itemsize
         sizes = [math.prod(shape) * itemsize for shape in shapes]
-        if 0 in sizes or returned == {False} and max(sizes) >= ALLOCATION_BLOCK:
+        if 0 in sizes or returned == {False} and max(sizes) >= ALLOCATION_BLOCK and not _one_reader(
+            scheduler, member_buffers
+        ):
             continue
+        region_stride = None
+        if not all(layout.is_contiguous() for layout in layouts):
+            # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)) that
+            # kernels read: each region at the start of a row, as each is allocated alone
+            strides = {tuple(int(d) for d in layout.stride) for layout in layouts}
+            if returned == {True} or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(
+                shapes[0], next(iter(strides))
+            ):
+                continue
+            region_stride = next(iter(strides))
         padding = None
-        if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
+        if region_stride is None and all(
+            shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)
+        ):
             rows = tuple(shape[0] for shape in shapes)
             shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
             region, nbytes = shapes[0][1:], sum(sizes)
@@ -105,7 +121,7 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
             row = -(-sizes[0] // 16) * 16
             rows, shape, region = None, (len(names), row // itemsize), shapes[0]
             starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
-        elif all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
+        elif region_stride is None and all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
             # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
             # followed by the rows that make it a multiple of 16 bytes
             row_bytes = math.prod(shapes[0][1:]) * itemsize
@@ -119,9 +135,31 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
         if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
             continue
         allocations[slot] = OneAllocation(
-            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding
+            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding, region_stride
         )
     return allocations
+
+
+def _one_reader(scheduler: Any, member_buffers: list[Any]) -> bool:
+    """Whether one node reads all of ``member_buffers`` and nothing else does: each is then freed after it alone,
+    and one allocation of them all lives exactly as long as they would (a split reduction's partial sums, read by
+    the merged second stage: at code generation, once both stages are merged)."""
+    readers = {
+        scheduler.name_to_fused_node.get(user.get_name()) for buf in member_buffers for user in buf.users
+        if not user.is_weak
+    }
+    return len(readers) == 1 and None not in readers
+
+
+def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` and ``stride`` covers its storage exactly once (some order of its dimensions
+    is contiguous)."""
+    expected = 1
+    for size, step in sorted(zip(shape, stride), key=lambda pair: pair[1]):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
