@@ -42,8 +42,9 @@ class OneAllocation:
     region_stride: tuple[int, ...] | None = None  # where not contiguous: one for every region
 
 
-def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
-    """By slot, the members' buffers that are made as one :class:`OneAllocation` (in the order of ``members``):
+def one_allocations(members: list[Any], structures: list[Structure]) -> dict[Any, OneAllocation]:
+    """By slot (by slot and part, where a part of the slot's members is one allocation), the members' buffers that
+    are made as one :class:`OneAllocation` (in the order of ``members``):
 
     - outputs an inference graph returns: one allocation and one split per call instead of an allocation per
       member (below autograd's view tracking, ``runtime.tensors_of``: the host work per call stops growing per
@@ -51,9 +52,9 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
     - buffers that other kernels read, each smaller than the CUDA caching allocator's 512-byte block, which it
       would round each of them up to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of
       blocks for 768 bytes). The allocation lives until the last reader of any of them is done;
-    - buffers of any size that one node alone reads, all of them (:func:`_one_reader`: the merged second stage of
-      split reductions, known once it is merged, at code generation): freed after it as each would be (the
-      partial sums of 100 layer norms' weight and bias gradients: 4 KB each, of strides ``(1, 64)``).
+    - buffers of any size, by the one node that alone reads them (:func:`_by_reader`, known once the readers are
+      merged, at code generation): freed after it as each would be (the partial sums of 100 layer norms' weight
+      and bias gradients, 4 KB each of strides ``(1, 64)``, read by the merged second stage).
 
     Not a training graph's outputs: what becomes of them is beyond this graph's estimates (a forward's are saved
     for the backward, which frees each after its last use; a backward's gradients are accumulated into the
@@ -93,62 +94,78 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
             continue
         if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in (*layout.size, *layout.stride)):
             continue
-        shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
         itemsize = layouts[0].dtype.itemsize
-        sizes = [math.prod(shape) * itemsize for shape in shapes]
-        if 0 in sizes or returned == {False} and max(sizes) >= ALLOCATION_BLOCK and not _one_reader(
-            scheduler, member_buffers
-        ):
+        sizes = [math.prod(int(d) for d in layout.size) * itemsize for layout in layouts]
+        if 0 in sizes:
             continue
-        region_stride = None
-        if not all(layout.is_contiguous() for layout in layouts):
-            # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)) that
-            # kernels read: each region at the start of a row, as each is allocated alone
-            strides = {tuple(int(d) for d in layout.stride) for layout in layouts}
-            if returned == {True} or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(
-                shapes[0], next(iter(strides))
-            ):
-                continue
-            region_stride = next(iter(strides))
-        padding = None
-        if region_stride is None and all(
-            shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)
-        ):
-            rows = tuple(shape[0] for shape in shapes)
-            shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
-            region, nbytes = shapes[0][1:], sum(sizes)
-        elif len(set(shapes)) == 1:
-            row = -(-sizes[0] // 16) * 16
-            rows, shape, region = None, (len(names), row // itemsize), shapes[0]
-            starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
-        elif region_stride is None and all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
-            # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
-            # followed by the rows that make it a multiple of 16 bytes
-            row_bytes = math.prod(shapes[0][1:]) * itemsize
-            rows = tuple(shape[0] for shape in shapes)
-            padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
-            lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
-            shape = (sum(rows) + sum(padding), *shapes[0][1:])
-            region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
+        if returned == {False} and max(sizes) >= ALLOCATION_BLOCK:
+            parts = _by_reader(scheduler, member_buffers)
         else:
-            continue
-        if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
-            continue
-        allocations[slot] = OneAllocation(
-            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding, region_stride
-        )
+            parts = [list(range(len(names)))]
+        for j, part in enumerate(parts):
+            whole = _one_allocation(
+                tuple(names[i] for i in part), [layouts[i] for i in part], returned == {True}
+            )
+            if whole is not None:
+                allocations[slot if len(part) == len(names) else (slot, j)] = whole
     return allocations
 
 
-def _one_reader(scheduler: Any, member_buffers: list[Any]) -> bool:
-    """Whether one node reads all of ``member_buffers`` and nothing else does: each is then freed after it alone,
-    and one allocation of them all lives exactly as long as they would (a split reduction's partial sums, read by
-    the merged second stage: at code generation, once both stages are merged)."""
-    readers = {
-        scheduler.name_to_fused_node.get(user.get_name()) for buf in member_buffers for user in buf.users
-        if not user.is_weak
-    }
-    return len(readers) == 1 and None not in readers
+def _by_reader(scheduler: Any, member_buffers: list[Any]) -> list[list[int]]:
+    """The members (their indices) whose buffers one node alone reads, by that node, where it reads two or more:
+    each buffer is freed after its reader, and one allocation of those it reads lives exactly as long as they would
+    (the partial sums of split column sums, all read by the merged second stage; the row sums of layer norms'
+    backward, read table by table by the merged scatters of embedding bags' gradients). Known once the readers are
+    merged, at code generation."""
+    by_reader: dict[int, list[int]] = {}
+    for i, buf in enumerate(member_buffers):
+        readers = {id(scheduler.name_to_fused_node.get(user.get_name())) for user in buf.users if not user.is_weak}
+        if len(readers) == 1 and id(None) not in readers:
+            by_reader.setdefault(readers.pop(), []).append(i)
+    return [part for part in by_reader.values() if len(part) > 1]
+
+
+def _one_allocation(names: tuple[str, ...], layouts: list[ir.FixedLayout], returned: bool) -> OneAllocation | None:
+    """The buffers ``names`` of static ``layouts`` as regions of one allocation, or None where their layouts do not
+    allow it or the caching allocator would count it as more than the separate ones."""
+    shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
+    itemsize = layouts[0].dtype.itemsize
+    sizes = [math.prod(shape) * itemsize for shape in shapes]
+    region_stride = None
+    if not all(layout.is_contiguous() for layout in layouts):
+        # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)) that
+        # kernels read: each region at the start of a row, as each is allocated alone
+        strides = {tuple(int(d) for d in layout.stride) for layout in layouts}
+        if returned or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(shapes[0], next(iter(strides))):
+            return None
+        region_stride = next(iter(strides))
+    padding = None
+    if region_stride is None and all(
+        shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)
+    ):
+        rows = tuple(shape[0] for shape in shapes)
+        shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
+        region, nbytes = shapes[0][1:], sum(sizes)
+    elif len(set(shapes)) == 1:
+        row = -(-sizes[0] // 16) * 16
+        rows, shape, region = None, (len(names), row // itemsize), shapes[0]
+        starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
+    elif region_stride is None and all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
+        # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
+        # followed by the rows that make it a multiple of 16 bytes
+        row_bytes = math.prod(shapes[0][1:]) * itemsize
+        rows = tuple(shape[0] for shape in shapes)
+        padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
+        lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
+        shape = (sum(rows) + sum(padding), *shapes[0][1:])
+        region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
+    else:
+        return None
+    if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
+        return None
+    return OneAllocation(
+        names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding, region_stride
+    )
 
 
 def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
@@ -230,7 +247,7 @@ def _reads_as_tensor(user: Any, name: str) -> bool:
     return name in {dep.name for dep in user.node.read_writes.reads}
 
 
-def saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAllocation]) -> dict[str, str]:
+def saved_tensors_to_take_over(members: list[Any], allocations: dict[Any, OneAllocation]) -> dict[str, str]:
     """By output of a member: the backward's saved tensor that the output is written over, where the call alone
     holds that tensor (``runtime.sole_holders``, at run time); where not, the output is allocated as before.
 

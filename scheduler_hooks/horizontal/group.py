@@ -323,8 +323,9 @@ def _allocate_together(
     regions = RegionsOfAllocations.of(wrapper)
     allocations = one_allocations(members, structures)
     every_region = OrderedSet(name for whole in allocations.values() for name in whole.names)
-    for slot, whole in allocations.items():
-        storage = f"{kernel_name}_{members[0].get_first_name()}_out{slot}"  # a kernel may serve several groups
+    for key, whole in allocations.items():
+        part = "_".join(map(str, key)) if isinstance(key, tuple) else key  # (slot, part of its members)
+        storage = f"{kernel_name}_{members[0].get_first_name()}_out{part}"  # a kernel may serve several groups
         stride = [math.prod(whole.shape[i + 1 :]) for i in range(len(whole.shape))]
         wrapper.writeline(wrapper.make_allocation(storage, whole.device, whole.dtype, whole.shape, stride))
         if whole.padding is not None:
