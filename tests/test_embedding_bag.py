@@ -324,7 +324,7 @@ def test_dlrm_inference_matches_eager_with_fewer_launches():
     torch.testing.assert_close(actual, model(*inputs), atol=1e-4, rtol=1e-4)
 
 
-class JaggedTables(nn.Module):
+class SparseArch(nn.Module):
     """``n`` sum-pooled tables of 1,000 to 100,000 rows with runtime offsets, each pooled output layer-normed, all
     concatenated (the sparse arch of ``python -m benchmarks real --set issue31``)."""
 
@@ -343,7 +343,7 @@ def test_row_sums_each_merged_scatter_reads_are_one_allocation():
     # read by its table's scatter-add alone; the scatters merge in parts. The row sums a part's merged kernel reads
     # are one allocation per slot, freed after it as each would be; a table whose scatter stays alone keeps its own.
     torch.manual_seed(0)
-    model = JaggedTables(12, 16)
+    model = SparseArch(12, 16)
     lengths = [torch.randint(0, 8, (256,)) for _ in model.tables]
     offsets = [torch.cat([torch.zeros(1, dtype=torch.long), n.cumsum(0)[:-1]]) for n in lengths]
     ids = [torch.randint(0, t.num_embeddings, (int(n.sum()),)) for t, n in zip(model.tables, lengths)]

@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -42,19 +43,15 @@ class OneAllocation:
     region_stride: tuple[int, ...] | None = None  # where not contiguous: one for every region
 
 
-def one_allocations(members: list[Any], structures: list[Structure]) -> dict[Any, OneAllocation]:
-    """By slot (by slot and part, where a part of the slot's members is one allocation), the members' buffers that
-    are made as one :class:`OneAllocation` (in the order of ``members``):
+def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
+    """By slot, the members' buffers that are made as one :class:`OneAllocation` (in the order of ``members``):
 
     - outputs an inference graph returns: one allocation and one split per call instead of an allocation per
       member (below autograd's view tracking, ``runtime.tensors_of``: the host work per call stops growing per
       member);
     - buffers that other kernels read, each smaller than the CUDA caching allocator's 512-byte block, which it
       would round each of them up to (a split reduction's 16 partial sums: 64 bytes; 12 full sums hold 6 KB of
-      blocks for 768 bytes). The allocation lives until the last reader of any of them is done;
-    - buffers of any size, by the one node that alone reads them (:func:`_by_reader`, known once the readers are
-      merged, at code generation): freed after it as each would be (the partial sums of 100 layer norms' weight
-      and bias gradients, 4 KB each of strides ``(1, 64)``, read by the merged second stage).
+      blocks for 768 bytes). The allocation lives until the last reader of any of them is done.
 
     Not a training graph's outputs: what becomes of them is beyond this graph's estimates (a forward's are saved
     for the backward, which frees each after its last use; a backward's gradients are accumulated into the
@@ -65,15 +62,60 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[Any
     time per call than separate tensors.
 
     Only the members' own buffers (not an input updated in place, not written at an offset into another buffer), of
-    static layouts (contiguous, or one dense layout for all) and no elements of their own left out (a buffer only
-    its own kernel reads is never allocated), where the caching allocator counts the one allocation as no more than
-    the separate ones (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block,
-    15 MiB together a segment of 16 MiB counted whole)."""
+    static contiguous layouts and no elements of their own left out (a buffer only its own kernel reads is never
+    allocated), where the caching allocator counts the one allocation as no more than the separate ones
+    (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block, 15 MiB together a
+    segment of 16 MiB counted whole)."""
+    allocations = {}
+    for slot, names, member_buffers, layouts, returned in _slots(members, structures):
+        if returned and not V.graph.is_inference:
+            continue  # see the docstring
+        sizes = [layout.dtype.itemsize * math.prod(int(d) for d in layout.size) for layout in layouts]
+        if not returned and max(sizes) >= ALLOCATION_BLOCK:
+            continue
+        if (whole := _one_allocation(names, layouts, any_dense_layout=False)) is not None:
+            allocations[slot] = whole
+    return allocations
+
+
+def by_merged_reader(
+    members: list[Any], structures: list[Structure], merged: type, taken: OrderedSet[str]
+) -> dict[tuple[int, int], OneAllocation]:
+    """At code generation, by slot and part: the members' buffers (not ``taken``, not returned) that one node of
+    type ``merged`` (a merged kernel, which never writes its outputs over what it reads) alone reads, where it reads
+    two or more of a slot, as one allocation of any size, of contiguous layouts or of one dense layout for all
+    (each region at the start of a row). Each buffer is freed after that node, as the one allocation is: the
+    estimates, which count them as separate buffers, stay exact. The partial sums of split column sums, all read
+    by the merged second stage (100 layer norms' weight and bias gradients: ``[64, 16]`` of strides ``(1, 64)``);
+    the layer norms' row sums, part by part by the merged scatters of embedding bags' gradients."""
+    if buffers.cudagraph_trees():
+        return {}
+    scheduler = members[0].scheduler if members else None
+    allocations = {}
+    for slot, names, member_buffers, layouts, returned in _slots(members, structures):
+        if returned or taken.intersection(names):
+            continue
+        by_reader: dict[int, list[int]] = {}
+        for i, buf in enumerate(member_buffers):
+            readers = {scheduler.name_to_fused_node.get(user.get_name()) for user in buf.users if not user.is_weak}
+            if len(readers) == 1 and isinstance(reader := readers.pop(), merged):
+                by_reader.setdefault(id(reader), []).append(i)
+        for j, part in enumerate(p for p in by_reader.values() if len(p) > 1):
+            whole = _one_allocation(tuple(names[i] for i in part), [layouts[i] for i in part], any_dense_layout=True)
+            if whole is not None:
+                allocations[slot, j] = whole
+    return allocations
+
+
+def _slots(
+    members: list[Any], structures: list[Structure]
+) -> Iterator[tuple[int, tuple[str, ...], list[Any], list[ir.FixedLayout], bool]]:
+    """Each slot whose members' buffers may be one allocation: the slot, their names, buffers and static layouts,
+    and whether the graph returns them (all, or none of them)."""
     if len(members) < 2 or structures[0].numel_expr is not None or buffers.cudagraph_trees():
-        return {}  # (one member: its buffer is the allocation)
+        return  # (one member: its buffer is the allocation)
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
-    allocations = {}
     for slot in range(len(structures[0].slots)):
         names = tuple(s.slots[slot] for s in structures)
         if any(s.offsets[slot] for s in structures) or not all(
@@ -87,56 +129,33 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[Any
             kernel_local(scheduler, buf, outputs) for buf in member_buffers
         ):
             continue
-        if returned == {True} and not V.graph.is_inference:
-            continue  # see the docstring
         layouts = [buf.node.get_output_spec() for buf in member_buffers]
         if not all(type(layout) is ir.FixedLayout and layout.offset == 0 for layout in layouts):
             continue
         if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in (*layout.size, *layout.stride)):
             continue
-        itemsize = layouts[0].dtype.itemsize
-        sizes = [math.prod(int(d) for d in layout.size) * itemsize for layout in layouts]
-        if 0 in sizes:
+        if 0 in [math.prod(int(d) for d in layout.size) for layout in layouts]:
             continue
-        if returned == {False} and max(sizes) >= ALLOCATION_BLOCK:
-            parts = _by_reader(scheduler, member_buffers)
-        else:
-            parts = [list(range(len(names)))]
-        for j, part in enumerate(parts):
-            whole = _one_allocation(
-                tuple(names[i] for i in part), [layouts[i] for i in part], returned == {True}
-            )
-            if whole is not None:
-                allocations[slot if len(part) == len(names) else (slot, j)] = whole
-    return allocations
+        yield slot, names, member_buffers, layouts, returned == {True}
 
 
-def _by_reader(scheduler: Any, member_buffers: list[Any]) -> list[list[int]]:
-    """The members (their indices) whose buffers one node alone reads, by that node, where it reads two or more:
-    each buffer is freed after its reader, and one allocation of those it reads lives exactly as long as they would
-    (the partial sums of split column sums, all read by the merged second stage; the row sums of layer norms'
-    backward, read table by table by the merged scatters of embedding bags' gradients). Known once the readers are
-    merged, at code generation."""
-    by_reader: dict[int, list[int]] = {}
-    for i, buf in enumerate(member_buffers):
-        readers = {id(scheduler.name_to_fused_node.get(user.get_name())) for user in buf.users if not user.is_weak}
-        if len(readers) == 1 and id(None) not in readers:
-            by_reader.setdefault(readers.pop(), []).append(i)
-    return [part for part in by_reader.values() if len(part) > 1]
-
-
-def _one_allocation(names: tuple[str, ...], layouts: list[ir.FixedLayout], returned: bool) -> OneAllocation | None:
+def _one_allocation(
+    names: tuple[str, ...], layouts: list[ir.FixedLayout], any_dense_layout: bool
+) -> OneAllocation | None:
     """The buffers ``names`` of static ``layouts`` as regions of one allocation, or None where their layouts do not
-    allow it or the caching allocator would count it as more than the separate ones."""
+    allow it (not contiguous, unless ``any_dense_layout`` and one dense layout for all) or the caching allocator
+    would count it as more than the separate ones."""
     shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
     itemsize = layouts[0].dtype.itemsize
     sizes = [math.prod(shape) * itemsize for shape in shapes]
     region_stride = None
     if not all(layout.is_contiguous() for layout in layouts):
-        # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)) that
-        # kernels read: each region at the start of a row, as each is allocated alone
+        # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)): each
+        # region at the start of a row, as each is allocated alone
         strides = {tuple(int(d) for d in layout.stride) for layout in layouts}
-        if returned or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(shapes[0], next(iter(strides))):
+        if not any_dense_layout or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(
+            shapes[0], next(iter(strides))
+        ):
             return None
         region_stride = next(iter(strides))
     padding = None
@@ -247,7 +266,7 @@ def _reads_as_tensor(user: Any, name: str) -> bool:
     return name in {dep.name for dep in user.node.read_writes.reads}
 
 
-def saved_tensors_to_take_over(members: list[Any], allocations: dict[Any, OneAllocation]) -> dict[str, str]:
+def saved_tensors_to_take_over(members: list[Any], allocations: dict[int, OneAllocation]) -> dict[str, str]:
     """By output of a member: the backward's saved tensor that the output is written over, where the call alone
     holds that tensor (``runtime.sole_holders``, at run time); where not, the output is allocated as before.
 

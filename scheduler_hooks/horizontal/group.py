@@ -317,11 +317,13 @@ def _over_flat_index(
 def _allocate_together(
     kernel_name: str, group: MemberTableGroup, members: list[Any], structures: list[Structure]
 ) -> None:
-    """Allocate the members' buffers that are one allocation (:func:`one_allocations`), as regions of it
-    (:class:`RegionsOfAllocations`)."""
+    """Allocate the members' buffers that are one allocation (:func:`one_allocations`, and now that every group is
+    merged, :func:`.allocation.by_merged_reader`), as regions of it (:class:`RegionsOfAllocations`)."""
     wrapper = V.graph.wrapper_code
     regions = RegionsOfAllocations.of(wrapper)
-    allocations = one_allocations(members, structures)
+    allocations: dict[Any, OneAllocation] = one_allocations(members, structures)
+    taken = OrderedSet(name for whole in allocations.values() for name in whole.names)
+    allocations.update(allocation.by_merged_reader(members, structures, TableGroup, taken))
     every_region = OrderedSet(name for whole in allocations.values() for name in whole.names)
     for key, whole in allocations.items():
         part = "_".join(map(str, key)) if isinstance(key, tuple) else key  # (slot, part of its members)

@@ -248,7 +248,7 @@ def planning_worked_out_once(scheduler: Any) -> Iterator[None]:
 
 
 def live_while_running(
-    members: list[Any], allocations: dict[Any, OneAllocation], bytes_of: BufferBytes
+    members: list[Any], allocations: dict[int, OneAllocation], bytes_of: BufferBytes
 ) -> tuple[int, int]:
     """Bytes that :func:`peak_memory` finds live while one kernel runs ``members``, in any order of the rest: their
     outputs that get storage of their own (those of ``allocations`` one allocation each), and what they read that

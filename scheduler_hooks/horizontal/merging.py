@@ -236,7 +236,7 @@ class _WhatMergingTouches:
     part: list[tuple[Any, Structure]]  # kept, so that no other part takes its id
     reads: OrderedSet[str]
     in_one_allocation: OrderedSet[str]
-    one_allocations: dict[Any, OneAllocation]  # :func:`one_allocations` of its members
+    one_allocations: dict[int, OneAllocation]  # :func:`one_allocations` of its members
 
 
 class GroupsToTry:
