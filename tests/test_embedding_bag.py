@@ -341,7 +341,7 @@ class SparseArch(nn.Module):
 def test_row_sums_each_merged_scatter_reads_are_one_allocation():
     # The layer norms' backward makes two row sums [256, 1] a table (1 KB each, above the allocator's block), each
     # read by its table's scatter-add alone; the scatters merge in parts. The row sums a part's merged kernel reads
-    # are one allocation per slot, freed after it as each would be; a table whose scatter stays alone keeps its own.
+    # are one allocation per slot, freed after it as each would be; a table whose scatter is not merged keeps its own.
     torch.manual_seed(0)
     model = SparseArch(12, 16)
     lengths = [torch.randint(0, 8, (256,)) for _ in model.tables]
@@ -350,7 +350,7 @@ def test_row_sums_each_merged_scatter_reads_are_one_allocation():
     backward = compile_report(model, (ids, offsets)).graphs[1].wrapper.split("def call(")[1]
     alone = len(re.findall(r"empty_strided_cuda\(\(256, 1\)", backward))
     parts = re.findall(r"(\w+_out\d+_\d+) = empty_strided_cuda\(\((\d+), 1\), \(1, 1\)", backward)
-    assert sum(int(rows) for _, rows in parts) + 256 * alone == 2 * 12 * 256 and alone <= 4, parts
+    assert sum(int(rows) for _, rows in parts) + 256 * alone == 2 * 12 * 256 and alone <= 6, parts
     # a part of more than MAX_DIRECT_MEMBERS tables: its kernel's table is given the allocation, no tensor per sum
     given_whole = [name for name, rows in parts if int(rows) > 8 * 256 and f"tensors_of({name}," not in backward]
     assert given_whole and all(backward.count(f"del {name}\n") == 1 for name in given_whole), parts

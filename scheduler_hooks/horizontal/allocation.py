@@ -88,16 +88,14 @@ def by_merged_reader(
     estimates, which count them as separate buffers, stay exact. The partial sums of split column sums, all read
     by the merged second stage (100 layer norms' weight and bias gradients: ``[64, 16]`` of strides ``(1, 64)``);
     the layer norms' row sums, part by part by the merged scatters of embedding bags' gradients."""
-    if buffers.cudagraph_trees():
-        return {}
-    scheduler = members[0].scheduler if members else None
     allocations = {}
     for slot, names, member_buffers, layouts, returned in _slots(members, structures):
         if returned or taken.intersection(names):
             continue
+        fused = members[0].scheduler.name_to_fused_node
         by_reader: dict[int, list[int]] = {}
         for i, buf in enumerate(member_buffers):
-            readers = {scheduler.name_to_fused_node.get(user.get_name()) for user in buf.users if not user.is_weak}
+            readers = {fused.get(user.get_name()) for user in buf.users if not user.is_weak}
             if len(readers) == 1 and isinstance(reader := readers.pop(), merged):
                 by_reader.setdefault(id(reader), []).append(i)
         for j, part in enumerate(p for p in by_reader.values() if len(p) > 1):
