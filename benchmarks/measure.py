@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import platform
 import statistics
@@ -163,19 +164,18 @@ def runs_nothing_backend() -> Any:
 
     def compiler(graph: torch.fx.GraphModule, example_inputs: Any, new: bool = False) -> Callable:
         returned: list[Any] = []
-        made: list[tuple[Any, ...]] = []  # per output: its allocator, size, stride and dtype (None, the value)
+        makers: list[Callable[[], Any]] = []  # with ``new``: per output, what makes it anew
 
         def run(args: list[Any]) -> list[Any]:
             if not returned:
                 returned.extend(graph(*args))
-                made.extend(
-                    (_WRAPPER_ALLOCATORS[t.device.type], tuple(t.size()), tuple(t.stride()), t.dtype)
-                    if isinstance(t, torch.Tensor) else (None, t) for t in returned
+                makers.extend(
+                    functools.partial(_WRAPPER_ALLOCATORS[t.device.type], tuple(t.size()), tuple(t.stride()), t.dtype)
+                    if new and isinstance(t, torch.Tensor) else functools.partial(lambda value: value, t)
+                    for t in returned
                 )
             args.clear()
-            if new:  # allocated as Inductor's wrapper allocates its buffers
-                return [m[1] if m[0] is None else m[0](m[1], m[2], m[3]) for m in made]
-            return list(returned)
+            return [make() for make in makers]
 
         run._boxed_call = True  # type: ignore[attr-defined]
         return run
