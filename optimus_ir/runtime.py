@@ -208,11 +208,14 @@ def tensors_of_padded_rows(
         return whole.split_with_sizes([n for pair in zip(rows, padding) for n in pair])[::2]
 
 
-def tensors_of_each_row(whole: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """The members' buffers of one ``shape`` in their one allocation ``whole`` (``[N, row]``), one at the start of
-    each row (rows are padded to 16 bytes: 0-d sums, 64-byte partial sums), below autograd's view tracking as in
-    :func:`tensors_of`: one ``as_strided`` and one ``unbind``, whatever N is."""
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+def tensors_of_each_row(
+    whole: torch.Tensor, shape: tuple[int, ...], strides: tuple[int, ...] | None = None
+) -> tuple[torch.Tensor, ...]:
+    """The members' buffers of one ``shape`` (and ``strides``, contiguous if None) in their one allocation ``whole``
+    (``[N, row]``), one at the start of each row (rows are padded to 16 bytes: 0-d sums, 64-byte partial sums),
+    below autograd's view tracking as in :func:`tensors_of`: one ``as_strided`` and one ``unbind``, whatever N is."""
+    if strides is None:
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
     with torch._C._AutoDispatchBelowADInplaceOrView():
         return whole.as_strided((whole.shape[0], *shape), (whole.stride(0), *strides)).unbind(0)
 

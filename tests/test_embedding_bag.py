@@ -322,3 +322,35 @@ def test_dlrm_inference_matches_eager_with_fewer_launches():
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(model)(*inputs)
     torch.testing.assert_close(actual, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+class SparseArch(nn.Module):
+    """``n`` sum-pooled tables of 1,000 to 100,000 rows with runtime offsets, each pooled output layer-normed, all
+    concatenated (the sparse arch of ``python -m benchmarks real --set issue31``)."""
+
+    def __init__(self, n: int, dim: int) -> None:
+        super().__init__()
+        rows = torch.logspace(3, 5, n).long().tolist()
+        self.tables = nn.ModuleList(nn.EmbeddingBag(r, dim, mode="sum") for r in rows)
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(n))
+
+    def forward(self, ids: list[torch.Tensor], offsets: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([norm(table(i, o)) for table, norm, i, o in zip(self.tables, self.norms, ids, offsets)], 1)
+
+
+def test_row_sums_each_merged_scatter_reads_are_one_allocation():
+    # The layer norms' backward makes two row sums [256, 1] a table (1 KB each, above the allocator's block), each
+    # read by its table's scatter-add alone; the scatters merge in parts. The row sums a part's merged kernel reads
+    # are one allocation per slot, freed after it as each would be; a table whose scatter is not merged keeps its own.
+    torch.manual_seed(0)
+    model = SparseArch(12, 16)
+    lengths = [torch.randint(0, 8, (256,)) for _ in model.tables]
+    offsets = [torch.cat([torch.zeros(1, dtype=torch.long), n.cumsum(0)[:-1]]) for n in lengths]
+    ids = [torch.randint(0, t.num_embeddings, (int(n.sum()),)) for t, n in zip(model.tables, lengths)]
+    backward = compile_report(model, (ids, offsets)).graphs[1].wrapper.split("def call(")[1]
+    alone = len(re.findall(r"empty_strided_cuda\(\(256, 1\)", backward))
+    parts = re.findall(r"(\w+_out\d+_\d+) = empty_strided_cuda\(\((\d+), 1\), \(1, 1\)", backward)
+    assert sum(int(rows) for _, rows in parts) + 256 * alone == 2 * 12 * 256 and alone <= 6, parts
+    # a part of more than MAX_DIRECT_MEMBERS tables: its kernel's table is given the allocation, no tensor per sum
+    given_whole = [name for name, rows in parts if int(rows) > 8 * 256 and f"tensors_of({name}," not in backward]
+    assert given_whole and all(backward.count(f"del {name}\n") == 1 for name in given_whole), parts

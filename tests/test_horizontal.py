@@ -819,6 +819,41 @@ def test_full_reductions_merge_both_stages_with_their_small_buffers_in_one_alloc
     torch.testing.assert_close(actual, _full_sums(*inputs), rtol=1e-5, atol=1e-3)  # sums of 131072 in fp32
 
 
+def _layer_norms_squared(*args):
+    n = len(args) // 3
+    xs, weights, biases = args[:n], args[n : 2 * n], args[2 * n :]
+    return sum((F.layer_norm(x, (64,), w, b) ** 2).sum() for x, w, b in zip(xs, weights, biases))
+
+
+def test_partial_sums_one_merged_kernel_reads_are_one_allocation_of_any_size():
+    # The weight and bias gradients of 20 layer norms: Inductor splits each column sum in two stages, its partial
+    # sums [64, 8] of strides (1, 64) (2 KB, above the allocator's block; not contiguous). Once both stages are
+    # merged, the merged second stage alone reads all of them: one allocation per slot, freed after it, as each
+    # partial sum would be, and no tensor per partial sum.
+    inputs = tuple(torch.randn(1024, 64, requires_grad=True) for _ in range(20)) + tuple(
+        torch.randn(64, requires_grad=True) for _ in range(40)
+    )
+    backward = compile_report(_layer_norms_squared, inputs).graphs[1].wrapper
+    call = backward.split("def call(")[1]
+    whole = re.findall(r"^\s*(\w+) = empty_strided_cuda\(\((\d+), 512\), \(512, 1\), torch.float32\)$", call, re.M)
+    alone = len(re.findall(r"empty_strided_cuda\(\(64, 8\), \(1, 64\)", call))  # of members left alone
+    assert sum(int(n) for _, n in whole) + alone == 40 and alone <= 10  # the weights' and biases' partial sums
+    read_as_allocations = [name for name, _ in whole if f"tensors_of_each_row({name}," not in call]
+    assert read_as_allocations
+    for name in read_as_allocations:  # given to the second stage's table, then deleted once, after its launch
+        table = re.search(rf"^\s*(\w+_now) = \w+\(.*\b{name}\b.*\)$", call, re.M)
+        launch = call.index(".run(", call.index(table[0]))
+        assert call.count(f"del {name}\n") == 1 and call.index(f"del {name}\n") > launch
+
+
+def test_regions_of_a_dense_layout_of_other_strides_start_each_row():
+    whole = torch.arange(3 * 1024, dtype=torch.float32).view(3, 1024)
+    regions = runtime.tensors_of_each_row(whole, (64, 16), (1, 64))
+    assert [r.stride() for r in regions] == [(1, 64)] * 3 and not any(r._is_view() for r in regions)
+    assert [r.data_ptr() - whole.data_ptr() for r in regions] == [0, 4096, 8192]
+    assert torch.equal(regions[1], whole[1].view(16, 64).t())
+
+
 def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_stock_kernels():
     # the second stages' kernel fails to generate: their stock kernels read each partial sum by name, so the
     # regions are made tensors (and the allocation's name deleted) just before them

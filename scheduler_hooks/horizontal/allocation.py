@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -28,7 +29,7 @@ class OneAllocation:
     assumes of every buffer), in the order of ``names``: end to end along the first dimension (``rows``: the row
     count of each; ``padding``: the rows left unused after each, where a region is not a multiple of 16 bytes),
     or, members of one shape, one region at the start of each row of a ``[N, row]`` allocation (``rows`` None;
-    ``region``: their shape)."""
+    ``region``: their shape; ``region_stride``: their strides, where not contiguous)."""
 
     names: tuple[str, ...]
     shape: tuple[int, ...]  # of the allocation
@@ -39,6 +40,7 @@ class OneAllocation:
     dtype: torch.dtype
     device: torch.device
     padding: tuple[int, ...] | None = None
+    region_stride: tuple[int, ...] | None = None  # where not contiguous: one for every region
 
 
 def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int, OneAllocation]:
@@ -64,11 +66,61 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
     allocated), where the caching allocator counts the one allocation as no more than the separate ones
     (:func:`.buffers.in_blocks`: six outputs of 2 to 3 MiB are each split from a cached block, 15 MiB together a
     segment of 16 MiB counted whole)."""
+    allocations = {}
+    for slot, names, member_buffers, layouts, returned in _slots(members, structures):
+        if returned and not V.graph.is_inference:
+            continue  # see the docstring
+        sizes = [layout.dtype.itemsize * math.prod(int(d) for d in layout.size) for layout in layouts]
+        if not returned and max(sizes) >= ALLOCATION_BLOCK:
+            continue
+        if (whole := _one_allocation(names, layouts, any_dense_layout=False)) is not None:
+            allocations[slot] = whole
+    return allocations
+
+
+def by_merged_reader(
+    members: list[Any], structures: list[Structure], merged: type, taken: OrderedSet[str]
+) -> dict[tuple[int, int], OneAllocation]:
+    """At code generation, by slot and part: the members' buffers (not ``taken``, not returned) that one node of
+    type ``merged`` (a merged kernel, which never writes its outputs over what it reads) alone reads, where it reads
+    two or more of a slot, as one allocation of any size, of contiguous layouts or of one dense layout for all
+    (each region at the start of a row). Each buffer is freed after that node, as the one allocation is: the
+    estimates, which count them as separate buffers, stay exact. The partial sums of split column sums, all read
+    by the merged second stage (100 layer norms' weight and bias gradients: ``[64, 16]`` of strides ``(1, 64)``);
+    the layer norms' row sums, part by part by the merged scatters of embedding bags' gradients. A buffer that a
+    node writes over (a scatter-add into zeros) is not one of them: the readers of its later versions are not among
+    its users, and they may be other kernels, long after (a hetero GNN's scatters and the convolutions that read
+    their sums: the one allocation outlived its first regions' last reader)."""
+    allocations = {}
+    scheduler = members[0].scheduler
+    mutated = OrderedSet(scheduler.mutation_real_name.values())
+    for slot, names, member_buffers, layouts, returned in _slots(members, structures):
+        if returned or taken.intersection(names):
+            continue
+        fused = scheduler.name_to_fused_node
+        by_reader: dict[int, list[int]] = {}
+        for i, buf in enumerate(member_buffers):
+            if names[i] in mutated:
+                continue
+            readers = {fused.get(user.get_name()) for user in buf.users if not user.is_weak}
+            if len(readers) == 1 and isinstance(reader := readers.pop(), merged):
+                by_reader.setdefault(id(reader), []).append(i)
+        for j, part in enumerate(p for p in by_reader.values() if len(p) > 1):
+            whole = _one_allocation(tuple(names[i] for i in part), [layouts[i] for i in part], any_dense_layout=True)
+            if whole is not None:
+                allocations[slot, j] = whole
+    return allocations
+
+
+def _slots(
+    members: list[Any], structures: list[Structure]
+) -> Iterator[tuple[int, tuple[str, ...], list[Any], list[ir.FixedLayout], bool]]:
+    """Each slot whose members' buffers may be one allocation: the slot, their names, buffers and static layouts,
+    and whether the graph returns them (all, or none of them)."""
     if len(members) < 2 or structures[0].numel_expr is not None or buffers.cudagraph_trees():
-        return {}  # (one member: its buffer is the allocation)
+        return  # (one member: its buffer is the allocation)
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
-    allocations = {}
     for slot in range(len(structures[0].slots)):
         names = tuple(s.slots[slot] for s in structures)
         if any(s.offsets[slot] for s in structures) or not all(
@@ -82,46 +134,73 @@ def one_allocations(members: list[Any], structures: list[Structure]) -> dict[int
             kernel_local(scheduler, buf, outputs) for buf in member_buffers
         ):
             continue
-        if returned == {True} and not V.graph.is_inference:
-            continue  # see the docstring
         layouts = [buf.node.get_output_spec() for buf in member_buffers]
-        if not all(
-            type(layout) is ir.FixedLayout and layout.is_contiguous() and layout.offset == 0 for layout in layouts
+        if not all(type(layout) is ir.FixedLayout and layout.offset == 0 for layout in layouts):
+            continue
+        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in (*layout.size, *layout.stride)):
+            continue
+        if 0 in [math.prod(int(d) for d in layout.size) for layout in layouts]:
+            continue
+        yield slot, names, member_buffers, layouts, returned == {True}
+
+
+def _one_allocation(
+    names: tuple[str, ...], layouts: list[ir.FixedLayout], any_dense_layout: bool
+) -> OneAllocation | None:
+    """The buffers ``names`` of static ``layouts`` as regions of one allocation, or None where their layouts do not
+    allow it (not contiguous, unless ``any_dense_layout`` and one dense layout for all) or the caching allocator
+    would count it as more than the separate ones."""
+    shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
+    itemsize = layouts[0].dtype.itemsize
+    sizes = [math.prod(shape) * itemsize for shape in shapes]
+    region_stride = None
+    if not all(layout.is_contiguous() for layout in layouts):
+        # one dense layout of other strides (a split reduction's partial sums, [C, R] of strides (1, C)): each
+        # region at the start of a row, as each is allocated alone
+        strides = {tuple(int(d) for d in layout.stride) for layout in layouts}
+        if not any_dense_layout or len(set(shapes)) > 1 or len(strides) > 1 or not _dense(
+            shapes[0], next(iter(strides))
         ):
-            continue
-        if not all(isinstance(d, (int, sympy.Integer)) for layout in layouts for d in layout.size):
-            continue
-        shapes = [tuple(int(d) for d in layout.size) for layout in layouts]
-        itemsize = layouts[0].dtype.itemsize
-        sizes = [math.prod(shape) * itemsize for shape in shapes]
-        if 0 in sizes or returned == {False} and max(sizes) >= ALLOCATION_BLOCK:
-            continue
-        padding = None
-        if all(shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)):
-            rows = tuple(shape[0] for shape in shapes)
-            shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
-            region, nbytes = shapes[0][1:], sum(sizes)
-        elif len(set(shapes)) == 1:
-            row = -(-sizes[0] // 16) * 16
-            rows, shape, region = None, (len(names), row // itemsize), shapes[0]
-            starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
-        elif all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
-            # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
-            # followed by the rows that make it a multiple of 16 bytes
-            row_bytes = math.prod(shapes[0][1:]) * itemsize
-            rows = tuple(shape[0] for shape in shapes)
-            padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
-            lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
-            shape = (sum(rows) + sum(padding), *shapes[0][1:])
-            region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
-        else:
-            continue
-        if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
-            continue
-        allocations[slot] = OneAllocation(
-            names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding
-        )
-    return allocations
+            return None
+        region_stride = next(iter(strides))
+    padding = None
+    if region_stride is None and all(
+        shape and shape[1:] == shapes[0][1:] and size % 16 == 0 for shape, size in zip(shapes, sizes)
+    ):
+        rows = tuple(shape[0] for shape in shapes)
+        shape, starts = (sum(rows), *shapes[0][1:]), tuple(itertools.accumulate(sizes[:-1], initial=0))
+        region, nbytes = shapes[0][1:], sum(sizes)
+    elif len(set(shapes)) == 1:
+        row = -(-sizes[0] // 16) * 16
+        rows, shape, region = None, (len(names), row // itemsize), shapes[0]
+        starts, nbytes = tuple(range(0, row * len(names), row)), row * len(names)
+    elif region_stride is None and all(shape and shape[1:] == shapes[0][1:] for shape in shapes):
+        # rows of different counts (a split reduction's partial sums: 2 to 24 of 4 bytes): each region is
+        # followed by the rows that make it a multiple of 16 bytes
+        row_bytes = math.prod(shapes[0][1:]) * itemsize
+        rows = tuple(shape[0] for shape in shapes)
+        padding = tuple(-n % (16 // math.gcd(row_bytes, 16)) for n in rows)
+        lengths = [(n + pad) * row_bytes for n, pad in zip(rows, padding)]
+        shape = (sum(rows) + sum(padding), *shapes[0][1:])
+        region, starts, nbytes = shapes[0][1:], tuple(itertools.accumulate(lengths[:-1], initial=0)), sum(lengths)
+    else:
+        return None
+    if in_blocks(nbytes) > sum(map(in_blocks, sizes)):  # (one segment counted whole: 15 MiB as 16)
+        return None
+    return OneAllocation(
+        names, shape, rows, region, starts, nbytes, layouts[0].dtype, layouts[0].device, padding, region_stride
+    )
+
+
+def _dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` and ``stride`` covers its storage exactly once (some order of its dimensions
+    is contiguous)."""
+    expected = 1
+    for size, step in sorted(zip(shape, stride), key=lambda pair: pair[1]):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,9 @@ class ClassesGroup(TableGroup):
         }
         self.takes_over = {output: saved for group in classes for output, saved in group.takes_over.items()}
 
+    def table_groups(self) -> list[MemberTableGroup]:
+        return self.classes
+
     def read_through_tables(self) -> OrderedSet[str]:
         return OrderedSet(name for group in self.classes for name in group.read_through_tables())
 

@@ -43,6 +43,10 @@ class TableGroup(GroupKernelNode):
         """The buffers its kernel reads through a member table (:class:`~optimus_ir.runtime.MemberTable`)."""
         raise NotImplementedError
 
+    def table_groups(self) -> list[MemberTableGroup]:
+        """The groups of structurally identical members its kernel runs, each by a table of its own."""
+        raise NotImplementedError
+
 
 class MemberTableGroup(TableGroup):
     """Structurally identical, independent nodes, generated as one shared-body kernel (see the rule above)."""
@@ -65,6 +69,9 @@ class MemberTableGroup(TableGroup):
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
         return len(self.members) == 1 or not self.one_allocations
+
+    def table_groups(self) -> list[MemberTableGroup]:
+        return [self]
 
     def read_through_tables(self) -> OrderedSet[str]:
         if self.direct:
@@ -310,12 +317,17 @@ def _over_flat_index(
 def _allocate_together(
     kernel_name: str, group: MemberTableGroup, members: list[Any], structures: list[Structure]
 ) -> None:
-    """Allocate the members' buffers that are one allocation (:func:`one_allocations`), as regions of it
-    (:class:`RegionsOfAllocations`)."""
+    """Allocate the members' buffers that are one allocation (:func:`one_allocations`, and now that every group is
+    merged, :func:`.allocation.by_merged_reader`), as regions of it (:class:`RegionsOfAllocations`)."""
     wrapper = V.graph.wrapper_code
     regions = RegionsOfAllocations.of(wrapper)
-    for slot, whole in one_allocations(members, structures).items():
-        storage = f"{kernel_name}_{members[0].get_first_name()}_out{slot}"  # a kernel may serve several groups
+    allocations: dict[Any, OneAllocation] = one_allocations(members, structures)
+    taken = OrderedSet(name for whole in allocations.values() for name in whole.names)
+    allocations.update(allocation.by_merged_reader(members, structures, TableGroup, taken))
+    every_region = OrderedSet(name for whole in allocations.values() for name in whole.names)
+    for key, whole in allocations.items():
+        part = "_".join(map(str, key)) if isinstance(key, tuple) else key  # (slot, part of its members)
+        storage = f"{kernel_name}_{members[0].get_first_name()}_out{part}"  # a kernel may serve several groups
         stride = [math.prod(whole.shape[i + 1 :]) for i in range(len(whole.shape))]
         wrapper.writeline(wrapper.make_allocation(storage, whole.device, whole.dtype, whole.shape, stride))
         if whole.padding is not None:
@@ -324,9 +336,11 @@ def _allocate_together(
             function, arguments = "tensors_of", repr(whole.rows)
         else:
             function, arguments = "tensors_of_each_row", repr(whole.region)
+            if whole.region_stride is not None:
+                arguments += f", {whole.region_stride!r}"
         regions.add(
             storage, whole, function, f"{', '.join(whole.names)}, = {function}({storage}, {arguments})",
-            as_tensors=not _read_only_by_member_tables(group.scheduler, whole.names),
+            as_tensors=not _read_only_by_member_tables(group.scheduler, whole.names, every_region),
         )
 
 
@@ -350,26 +364,27 @@ def _write_over_saved_tensors(kernel_name: str, group: MemberTableGroup) -> None
     )
 
 
-def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...]) -> bool:
+def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...], regions: OrderedSet[str]) -> bool:
     """Whether every reader of the regions ``names`` is a merged kernel that reads, in each slot that holds one of
-    them, only regions of this allocation and writes none (its table can then be given the allocation, see
-    :meth:`RegionsOfAllocations.one_tensor`), and none of them is a graph output."""
-    regions = set(names)
-    if regions & set(V.graph.get_output_names()):
+    them, only ``regions`` (of this group's allocations: the partial sums of a layer norm's weight and bias, one
+    allocation each, alternate in the slot of the merged second stage) and writes none (its table can then be given
+    the allocations, see :meth:`RegionsOfAllocations.runs`), and none of them is a graph output."""
+    if set(names) & set(V.graph.get_output_names()):
         return False
     for name in names:
         for user in scheduler.name_to_buf[name].users:
             if user.is_weak:
                 continue
-            group = scheduler.name_to_fused_node.get(user.get_name())
-            if not isinstance(group, MemberTableGroup):
+            node = scheduler.name_to_fused_node.get(user.get_name())
+            if not isinstance(node, TableGroup):
                 return False
-            if any(name in {dep.name for dep in member.read_writes.writes} for member in group.members):
-                return False
-            for slot in range(len(group.structures[0].slots)):
-                in_slot = {structure.slots[slot] for structure in group.structures}
-                if name in in_slot and not in_slot <= regions:
+            for group in node.table_groups():
+                if any(name in {dep.name for dep in member.read_writes.writes} for member in group.members):
                     return False
+                for slot in range(len(group.structures[0].slots)):
+                    in_slot = {structure.slots[slot] for structure in group.structures}
+                    if name in in_slot and not in_slot <= regions:
+                        return False
     return True
 
 

@@ -234,3 +234,33 @@ def test_a_call_at_new_addresses_allocates_no_table():
     settling over a model's first calls) holds what stock's call holds, no 512-byte table more."""
     stock, ours = new_address_call_peaks(None), new_address_call_peaks("all")
     assert ours == stock
+
+
+def layer_norms_squared(*args: torch.Tensor) -> torch.Tensor:
+    n = len(args) // 3
+    xs, weights, biases = args[:n], args[n : 2 * n], args[2 * n :]
+    return sum((torch.nn.functional.layer_norm(x, (64,), w, b) ** 2).sum() for x, w, b in zip(xs, weights, biases))
+
+
+def test_partial_sums_in_one_allocation_give_eager_gradients(calls: int = 6):
+    # 20 layer norms' backward: the weights' and biases' partial sums [64, 8] of strides (1, 64), one allocation
+    # per slot that the merged second stage's table reads (tests/test_horizontal.py shows the code), new inputs at
+    # new addresses each call, no synchronization between calls
+    def new_args(step: int) -> list[torch.Tensor]:
+        generator = torch.Generator(device="cuda").manual_seed(step)
+        shapes = [(1024, 64)] * 20 + [(64,)] * 40
+        return [torch.randn(s, device="cuda", generator=generator, requires_grad=True) for s in shapes]
+
+    with cold_compile(), optimus_ir.enabled(), recording() as records:
+        compiled = torch.compile(layer_norms_squared)
+        kept = []
+        for step in range(calls):
+            args = new_args(step)
+            compiled(*args).backward()
+            kept.append(args)
+    assert merges(records) > 0
+    for step, args in enumerate(kept):
+        expected = new_args(step)
+        layer_norms_squared(*expected).backward()
+        for actual, eager in zip(args, expected, strict=True):
+            torch.testing.assert_close(actual.grad, eager.grad, rtol=1e-4, atol=1e-3)
