@@ -93,11 +93,10 @@ def by_merged_reader(
     their sums: the one allocation outlived its first regions' last reader)."""
     allocations = {}
     scheduler = members[0].scheduler
-    mutated = OrderedSet(scheduler.mutation_real_name.values())
+    mutated, fused = OrderedSet(scheduler.mutation_real_name.values()), scheduler.name_to_fused_node
     for slot, names, member_buffers, layouts, returned in _slots(members, structures):
         if returned or taken.intersection(names):
             continue
-        fused = scheduler.name_to_fused_node
         by_reader: dict[int, list[int]] = {}
         for i, buf in enumerate(member_buffers):
             if names[i] in mutated:
