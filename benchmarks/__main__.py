@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "size (the bound's calibration), and real models with and without it"),
     "launchers": ("benchmarks.probes.launchers", "a real model's Triton kernels by launcher (static or Triton's "
                   "Python one), by variant"),
+    "dynamic-shapes": ("benchmarks.probes.dynamic_shapes", "every registry target compiled with symbolic sizes, "
+                       "stock against optimus_ir: launches, rules fired, rejections naming a symbol (no GPU needed)"),
     "virtual-peaks": ("benchmarks.probes.virtual_peaks", "launches and replayed wrapper peaks per graph on the virtual device, stock against optimus_ir"),
     "alignment-ab": ("benchmarks.probes.alignment_ab", "member tables with and without alignment hints"),
     "flat-transpose-cost": ("benchmarks.probes.flat_transpose_cost", "transposes over one flat index against 2-d "

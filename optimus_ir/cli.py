@@ -61,13 +61,13 @@ def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels
 
 
 def _compare(
-    fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any, dump: str | None = None
+    fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any, dump: str | None = None, dynamic: bool = False
 ) -> tuple[CompileReport, CompileReport]:
     """Stock's report and optimus_ir's; with ``dump``, optimus_ir's compile writes the dump there, as
     ``OPTIMUS_IR_DUMP`` does."""
-    stock = compile_report(fn, inputs, passes=None)
+    stock = compile_report(fn, inputs, passes=None, dynamic=dynamic)
     with mock.patch.dict(os.environ, {DUMP_ENV: dump} if dump else {}):
-        ours = compile_report(fn, inputs, passes=passes)
+        ours = compile_report(fn, inputs, passes=passes, dynamic=dynamic)
     return stock, ours
 
 
@@ -126,7 +126,7 @@ def _passes(spec: str) -> str | None:
 
 def report(args: argparse.Namespace) -> int:
     fn, inputs, passes = _load(args.target), _inputs(args.inputs), _passes(args.passes)
-    stock, ours = _compare(fn, inputs, passes, args.dump)
+    stock, ours = _compare(fn, inputs, passes, args.dump, args.dynamic)
     _print_report(args.target, stock, ours, not args.counts_only, args.stock_kernels)
     if args.dump:
         print(f"dump written to {args.dump} (index.html)")
@@ -155,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_parser.add_argument("--counts-only", action="store_true", help="print counts and rewrites, no kernels")
     report_parser.add_argument("--stock-kernels", action="store_true", help="also print stock Inductor's kernels")
     report_parser.add_argument("--dump", help="also write the dump (same layout as OPTIMUS_IR_DUMP) to this folder")
+    report_parser.add_argument(
+        "--dynamic", action="store_true",
+        help="every input size symbolic, as after a loop's shapes change (torch.compile's dynamic=True)",
+    )
     report_parser.set_defaults(run=report)
     args = parser.parse_args(argv)
     try:

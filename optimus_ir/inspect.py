@@ -60,6 +60,7 @@ def compile_report(
     *,
     passes: str | Iterable[str] | None = "all",
     target: str = "cuda",
+    dynamic: bool = False,
 ) -> CompileReport:
     """Compile ``fn`` for ``example_inputs`` with Inductor and ``passes`` of optimus_ir ("all", None for stock
     Inductor, or a list of pass names) and report the generated code. The global enable state is restored after.
@@ -67,11 +68,12 @@ def compile_report(
     ``fn`` is a callable or an ``nn.Module``; ``example_inputs`` a tuple of tensors (CPU tensors stand for CUDA
     tensors of the same shape, dtype and strides; CUDA tensors, on a GPU machine, are traced on the device). Inputs
     or parameters that require grad give a training compile: forward and backward graphs, per graph Dynamo
-    captured.
+    captured. ``dynamic`` is ``torch.compile``'s: ``True`` compiles with every input size symbolic, as Dynamo
+    does after a loop's shapes change; dimensions marked by ``torch._dynamo.mark_dynamic`` are symbolic either way.
     """
     if target != "cuda":
         raise ValueError(f"target {target!r} is not supported; only 'cuda'")
-    return report_for(fn, example_inputs, passes=passes, virtual=None)
+    return report_for(fn, example_inputs, passes=passes, virtual=None, dynamic=dynamic)
 
 
 def report_for(
@@ -80,9 +82,10 @@ def report_for(
     *,
     passes: str | Iterable[str] | None,
     virtual: bool | None,
+    dynamic: bool = False,
 ) -> CompileReport:
     """:func:`compile_report`, choosing the device: ``virtual=True`` forces the virtual sm_90 device even on a
     GPU machine (to compare it with the real one), None uses the real device when there is one."""
     with switch.enabled(passes), recording() as records:
-        graphs = generate(fn, tuple(example_inputs), virtual=virtual)
+        graphs = generate(fn, tuple(example_inputs), virtual=virtual, dynamic=dynamic)
     return CompileReport(graphs, list(records))

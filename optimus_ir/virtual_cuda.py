@@ -75,6 +75,7 @@ from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.graph import GraphLowering
 from torch._inductor.virtualized import V
 from torch._subclasses import fake_tensor
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from optimus_ir.codegen_text import GraphCode, normalize, parse_wrapper
 from optimus_ir.virtual_device import virtual_cuda_available, virtual_cuda_device
@@ -107,6 +108,7 @@ class _Graph:
     example_inputs: list[Any]
     fw_metadata: ViewAndMutationMeta
     num_user_inputs: int  # the inputs of Dynamo's graph (``compile_fx``'s example inputs)
+    shape_env: ShapeEnv | None  # Dynamo's, where sizes are symbolic: their symbols, hints and guards
 
 
 class TraceError(RuntimeError):
@@ -117,6 +119,7 @@ def _dynamo_graphs(
     fn: Callable[..., Any],
     example_inputs: Sequence[Any],
     trace: Callable[[torch.fx.GraphModule, list[Any]], list[_Graph]],
+    dynamic: bool,
 ) -> list[_Graph]:
     """The graphs of ``fn`` called on ``example_inputs``: each graph Dynamo captures (parameters, buffers and other
     tensors ``fn`` reads are inputs of it) traced by ``trace`` from within Dynamo's backend, so that what cannot be
@@ -143,7 +146,7 @@ def _dynamo_graphs(
     fake_tensor_log.setLevel(logging.CRITICAL)
     torch._dynamo.reset()
     try:
-        torch.compile(fn, backend=capture, dynamic=False)(*example_inputs)
+        torch.compile(fn, backend=capture, dynamic=dynamic)(*example_inputs)
     finally:
         torch._dynamo.reset()
         fake_tensor_log.setLevel(level)
@@ -203,12 +206,13 @@ def _aot_graphs(
                 # Training graphs went through them in ``partition_fn``.
                 gm = compile_fx._recursive_joint_graph_passes(gm, input_device=_CPU)
             context = torch._guards.TracingContext.get()
-            graphs.append(_Graph(name, gm, list(inputs), context.fw_metadata, len(example_inputs)))
+            graphs.append(_Graph(name, gm, list(inputs), context.fw_metadata, len(example_inputs), mode.shape_env))
             return gm
 
         return compiler
 
-    mode = fake_tensor.FakeTensorMode()
+    # Dynamo's fake mode, where it has one: its tensors carry the symbolic sizes Dynamo chose and their hints
+    mode = torch._guards.detect_fake_mode(example_inputs) or fake_tensor.FakeTensorMode()
     fake_inputs = tuple(
         mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
         for x in example_inputs
@@ -364,7 +368,8 @@ def _compile(
     compiles AOTAutograd's graphs (``compile_fx_forward`` /
     ``compile_fx_backward`` around ``compile_fx_inner``, looked up at call
     time so that a patched one is used)."""
-    mode = fake_tensor.FakeTensorMode()
+    # the sizes' symbols are the trace's: Inductor reads their hints and adds its guards there
+    mode = fake_tensor.FakeTensorMode(shape_env=graph.shape_env)
     context = torch._guards.TracingContext(mode)
     context.fw_metadata = graph.fw_metadata
     _to_cuda_graph(graph.gm)
@@ -395,6 +400,7 @@ def generate(
     *,
     training: bool | None = None,
     virtual: bool | None = None,
+    dynamic: bool = False,
 ) -> list[GraphCode]:
     """Generate Inductor's CUDA code for ``fn`` without running it.
 
@@ -410,6 +416,10 @@ def generate(
             are made to.
         virtual: use the virtual H200-like device (``True``) or the real CUDA
             device (``False``). ``None``: virtual when no CUDA device exists.
+        dynamic: as ``torch.compile``'s: ``True`` makes every size of the
+            inputs symbolic (parameters' stay static); ``False`` keeps them
+            static but for the dimensions ``torch._dynamo.mark_dynamic``
+            marked, which are symbolic either way.
 
     Returns:
         ``[inference]`` or ``[forward, backward]``.
@@ -442,7 +452,7 @@ def generate(
     ):
         try:
             with torch.no_grad() if training is False else contextlib.nullcontext():
-                graphs = _dynamo_graphs(fn, example_inputs, trace)
+                graphs = _dynamo_graphs(fn, example_inputs, trace, dynamic)
         except Exception as error:
             raise _trace_error(error, on_cpu) from error
         for graph in graphs:
