@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import sys
 from typing import Any
 
 import sympy
@@ -22,6 +23,7 @@ from torch._inductor import ir
 from torch._inductor.codegen.common import BackendFeature
 from torch._inductor.lowering import full, lowerings, to_dtype
 from torch._inductor.virtualized import V, ops
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.operator_schemas import normalize_function
 from torch.utils._pytree import tree_map
 from torch.utils._sympy.functions import FloorDiv
@@ -43,16 +45,28 @@ def _only_pooled_read(fx_node: Any) -> bool:
     return all(user.target is operator.getitem and user.args[1] == 0 for user in fx_node.users)
 
 
-def _regular_bag_size(offsets_node: Any, indices_numel: int) -> int | None:
+def _known(condition: Any) -> bool:
+    """Whether a condition on sizes holds for every value of their symbols, without adding a guard."""
+    return statically_known_true(condition)
+
+
+def _value(arg: Any) -> Any:
+    """An FX argument's value: a node's traced value (a symbol's SymInt), else the argument."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+
+
+def _regular_bag_size(offsets_node: Any, indices_numel: Any) -> int | None:
     """``L`` if the FX node of the offsets is ``iota(B, start=0, step=L)`` (what ``arange(0, B*L, L)`` decomposes
-    to) with ``B*L == indices_numel``: bag ``b`` is then ids ``[b*L, (b+1)*L)``. Else None."""
+    to) with ``B*L == indices_numel``: bag ``b`` is then ids ``[b*L, (b+1)*L)``. Else None. ``B`` may be a symbol
+    (a batch that changes); ``L`` is a number."""
     if not isinstance(offsets_node, torch.fx.Node) or offsets_node.target is not torch.ops.prims.iota.default:
         return None
     (length,) = offsets_node.args
     start, step = offsets_node.kwargs.get("start"), offsets_node.kwargs.get("step")
-    if not all(isinstance(v, int) for v in (length, start, step)):
+    if not isinstance(start, int) or not isinstance(step, int) or start != 0 or step <= 0:
         return None
-    if start != 0 or step <= 0 or length * step != indices_numel:
+    length = _value(length)
+    if not isinstance(length, int | torch.SymInt) or not _known(length * step == indices_numel):
         return None
     return step
 
@@ -104,13 +118,14 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
             indices = node.args[1]
             value = indices.meta.get("val") if isinstance(indices, torch.fx.Node) else None
             numel = value.numel() if isinstance(value, torch.Tensor) else None
-            bag = _regular_bag_size(node.args[2], numel) if isinstance(numel, int) else None
+            bag = _regular_bag_size(node.args[2], numel) if numel is not None else None
             arguments = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
             if bag is None or arguments is None or _unsupported(**arguments.kwargs) is not None:
                 continue  # EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd's
             node.meta[_REGULAR_BAG_SIZE] = bag
-            device, bags = value.device, numel // bag
             offsets = node.args[2]
+            # the bags' count as the offsets' iota has it: a number, or the node of its symbol
+            device, bags = value.device, offsets.args[0]
             with graph.inserting_before(node):
                 # iota(B) * L: the same offsets, but not the forward's node (which CSE would make it), so that the
                 # partitioner recomputes them in the backward (never a kernel: rewrite does not read them)
@@ -119,10 +134,10 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
                 empty = graph.call_function(aten.full.default, ([0], 0), {"dtype": torch.int64, "device": device})
                 sizes = graph.call_function(aten.full.default, ([bags], bag), {"dtype": torch.int64, "device": device})
             with torch._guards.detect_fake_mode([value]) or contextlib.nullcontext():
-                steps.meta["val"] = torch.arange(bags, dtype=torch.int64, device=device)
+                steps.meta["val"] = torch.arange(_value(bags), dtype=torch.int64, device=device)
                 own_offsets.meta["val"] = steps.meta["val"] * bag
                 empty.meta["val"] = torch.full([0], 0, dtype=torch.int64, device=device)
-                sizes.meta["val"] = torch.full([bags], bag, dtype=torch.int64, device=device)
+                sizes.meta["val"] = torch.full([_value(bags)], bag, dtype=torch.int64, device=device)
             node.args = (*node.args[:2], own_offsets, empty, sizes, empty, *node.args[6:])
 
     def rewrite(
@@ -146,8 +161,8 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         bag = fx_node.meta.get(_REGULAR_BAG_SIZE)  # (set only where supported, with static sizes)
         if bag is None:
             raise NotApplicable("not regular bags, or not supported")  # EmbeddingBagBackwardOfRuntimeOffsets...
-        (numel,) = (int(s) for s in indices.get_size())
-        dim = int(grad.get_size()[1])
+        (numel,) = indices.get_size()  # (a symbol where the batch changes)
+        dim = grad.get_size()[1]
         dtype = grad.get_dtype()
         acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
         # each bag's gradient is read by its L ids: computed once into a [B, D] buffer (the tables' copies merge into
@@ -200,26 +215,26 @@ class _Bags:
     ``include_last_offset``; ids in no bag (before ``offsets[0]``, from the last offset on) are not read."""
 
     offsets: Any  # a realized TensorBox, contiguous from its buffer's start (ops.bucketize reads it from there)
-    count: int
-    numel: int
+    count: sympy.Expr  # bags: a number, or a size symbol (a batch that changes)
+    closed: bool  # include_last_offset: the offsets end with the last bag's end
 
     @classmethod
-    def of(cls, offsets: Any, count: int, numel: int) -> _Bags:
+    def of(cls, offsets: Any, count: sympy.Expr, closed: bool) -> _Bags:
         offsets = ir.TensorBox(ir.ExternKernel.realize_input(offsets))
         layout = offsets.get_layout()
         if layout.offset != 0 or layout.stride[-1] != 1:  # a view of a [T, B+1] offsets tensor
             offsets = ir.TensorBox(ir.ExternKernel.copy_input(offsets))
-        return cls(offsets, count, numel)
+        return cls(offsets, sympy.sympify(count), closed)
 
     def bag_of(self, position: Any) -> tuple[Any, Any]:
         """The bag of the id at ``position`` (an index) and whether it is in one, as ``ops`` values."""
         dtype = self.offsets.get_dtype()
-        boundaries = (self.offsets.get_name(), sympy.Integer(self.count), sympy.Integer(self.count), sympy.Integer(1))
+        boundaries = (self.offsets.get_name(), self.count, self.count, sympy.Integer(1))
         after = ops.bucketize(ops.index_expr(position, dtype), boundaries, 0, torch.int64, True)
         bag = after - ops.constant(1, torch.int64)
         valid = ops.ge(bag, ops.constant(0, torch.int64))
-        if self.offsets.get_size()[0] > self.count:  # include_last_offset: ids from offsets[count] on are in none
-            last = self.offsets.make_loader()([sympy.Integer(self.count)])
+        if self.closed:  # ids from offsets[count] on are in none
+            last = self.offsets.make_loader()([self.count])
             valid = ops.and_(valid, ops.lt(ops.index_expr(position, dtype), last))
         return bag, valid
 
@@ -229,10 +244,10 @@ class _Bags:
         the body: tables of other id counts share it)."""
         load = self.offsets.make_loader()
         begin = ops.to_dtype(load([bag]), torch.int64)
-        if self.offsets.get_size()[0] > self.count:
+        if self.closed:
             return begin, ops.to_dtype(load([bag + 1]), torch.int64)
         following = ops.to_dtype(load([sympy.Min(bag + 1, self.count - 1)]), torch.int64)
-        is_last = ops.ge(ops.index_expr(bag, torch.int64), ops.constant(self.count - 1, torch.int64))
+        is_last = ops.ge(ops.index_expr(bag, torch.int64), ops.index_expr(self.count - 1, torch.int64))
         return begin, ops.where(is_last, ops.constant(-1, torch.int64), following)
 
 
@@ -244,12 +259,21 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if _low_precision(dtype) else dtype
 
 
-def _contiguous_run(box: Any) -> tuple[str, int]:
-    """A 1-D input realized with unit stride (copied where it has another): its buffer and offset into it."""
+def _contiguous_run(box: Any) -> tuple[str, sympy.Expr]:
+    """A 1-D input realized with unit stride (copied where it has another): its buffer and offset into it (a
+    symbol where earlier runs of one tensor have symbolic lengths: DLRM's ``sparse.unbind(0)`` of a changing
+    batch)."""
     realized = ir.ExternKernel.realize_input(box)
     if realized.get_layout().stride[-1] != 1:
         realized = ir.ExternKernel.copy_input(realized)
-    return realized.get_name(), int(realized.get_layout().offset)
+    return realized.get_name(), sympy.sympify(realized.get_layout().offset)
+
+
+def _static_table(weight: Any) -> tuple[int, int] | None:
+    """A table's rows and width where both are numbers (a parameter's, under Dynamo's default static parameter
+    shapes), else None."""
+    sizes = weight.get_size()
+    return (int(sizes[0]), int(sizes[1])) if index_math.is_static(sizes) else None
 
 
 class EmbeddingBagToSegmentSum(LoweringRule):
@@ -299,8 +323,9 @@ class EmbeddingBagToSegmentSum(LoweringRule):
             raise Reject("max mode")
         if not _only_pooled_read(fx_node):
             raise Reject("offset2bag / bag_size / max_indices are read: ATen's kernel computes them")
-        if not index_math.is_static([*weight.get_size(), *indices.get_size(), *offsets.get_size()]):
-            raise Reject("symbolic sizes")
+        if _static_table(weight) is None:
+            raise Reject(f"a table of symbolic size {list(weight.get_size())}: its rows and width are a kernel's "
+                         "constants (parameters have static sizes unless Dynamo is told otherwise)")
         if len(indices.get_size()) != 1 or not weight.get_dtype().is_floating_point:
             raise Reject("ids of more than one dimension, or an integer table")
         if not triton_kernels(weight.get_device()):
@@ -308,9 +333,10 @@ class EmbeddingBagToSegmentSum(LoweringRule):
         table = ir.ExternKernel.realize_input(weight)
         if table.get_layout().stride[-1] != 1:
             raise Reject("a table whose rows are not contiguous (copying it would cost more than ATen's call)")
-        rows, dim = (int(s) for s in weight.get_size())
-        numel, count = int(indices.get_size()[0]), int(offsets.get_size()[0]) - int(include_last_offset)
-        bags = _Bags.of(offsets, count, numel)
+        rows, dim = _static_table(weight)
+        # the ids' and bags' counts may be symbols (jagged features, a batch that changes): the kernel takes them
+        numel, count = indices.get_size()[0], offsets.get_size()[0] - int(include_last_offset)
+        bags = _Bags.of(offsets, count, include_last_offset)
         ids_ref = (*_contiguous_run(indices), numel)
         weights_ref = None if per_sample_weights is None else _contiguous_run(per_sample_weights)
         dtype, acc = weight.get_dtype(), _accumulator(weight.get_dtype())
@@ -383,17 +409,24 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
             values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in (grad, indices, offsets)]
             if not all(isinstance(v, torch.Tensor) for v in values):
                 continue
-            if not index_math.is_static([*values[0].shape, *values[1].shape, *values[2].shape]):
-                continue
-            bags, numel, count = int(values[0].shape[0]), values[1].numel(), values[2].numel()
-            if count not in (bags, bags + 1) or _low_precision(values[0].dtype):
+            # counts may be symbols (jagged ids, a batch that changes): the offsets are the bags' starts, or their
+            # starts and the last one's end, wherever Dynamo's guards tell which
+            bags, numel, count = values[0].shape[0], values[1].numel(), values[2].numel()
+            closed = _known(count == bags + 1)
+            if not (closed or _known(count == bags)) or _low_precision(values[0].dtype):
                 continue
             options = {"dtype": values[2].dtype, "device": values[2].device}
             with graph.inserting_before(node), torch._guards.detect_fake_mode(values) or contextlib.nullcontext():
-                begins = _traced_call(graph, aten.slice.Tensor, offsets, 0, 0, bags)
-                ends = _traced_call(graph, aten.slice.Tensor, offsets, 0, 1, bags + 1)
-                if count == bags:  # the last bag ends at the last id
+                # slices by their ends from the offsets' end (a number), not by the bags' count (maybe a symbol)
+                begins = _traced_call(graph, aten.slice.Tensor, offsets, 0, 0, -1) if closed else offsets
+                ends = _traced_call(graph, aten.slice.Tensor, offsets, 0, 1, sys.maxsize)
+                if not closed and isinstance(numel, int):  # the last bag ends at the last id
                     ends = _traced_call(graph, aten.constant_pad_nd.default, ends, [0, 1], numel)
+                elif not closed:  # ... whose count is a symbol: a graph value, not a number of the pad
+                    last = _traced_call(
+                        graph, aten.full.default, [1], _traced_call(graph, aten.sym_size.int, indices, 0), **options
+                    )
+                    ends = _traced_call(graph, aten.cat.default, [ends, last])
                 sizes = _traced_call(graph, aten.sub.Tensor, ends, begins)
                 empty = _traced_call(graph, aten.full.default, [0], 0, **options)
             node.args = (*node.args[:3], empty, sizes, empty, *node.args[6:])
@@ -426,9 +459,9 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
             raise Reject(reason or "not prepared in the joint graph (symbolic sizes)")
         if not V.graph.has_feature(offsets, BackendFeature.BUCKETIZE):
             raise Reject(f"no bucketize on {offsets.get_device()}")
-        count, dim = (int(s) for s in grad.get_size())
-        numel = int(indices.get_size()[0])
-        bags = _Bags.of(offsets, count, numel)
+        count, dim = grad.get_size()  # (the bags' and the ids' counts may be symbols)
+        numel = indices.get_size()[0]
+        bags = _Bags.of(offsets, count, not V.graph.sizevars.statically_known_equals(offsets.get_size()[0], count))
         dtype = grad.get_dtype()  # (fp32 or fp64: prepare_joint_graph leaves low precision to ATen)
         load_grad, ids, sizes = grad.make_loader(), indices.make_loader(), bag_size.make_loader()
         weights = None if per_sample_weights is None else per_sample_weights.make_loader()

@@ -9,7 +9,8 @@ elements it has, and the address of each of its tensors are read from one int64 
     [ value 0 of each member ] [ value 1 of each member ] ...                    (constant: divisors, row lengths)
     [ address of slot 0 of each member ] [ address of slot 1 of each member ] ...   (per call)
 
-    * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives
+    * per call for members of symbolic sizes (dynamic shapes): from the numels the call gives, and the values
+      where one is a symbol (the ids' count of a jagged embedding bag)
 
 An address includes the member's constant offset into that buffer where the shared body does not add it (pieces
 of one split read the same buffer at different offsets). Where every member's buffer of a slot is a region of one
@@ -321,6 +322,7 @@ class MemberTable:
         self.values = list(values or ())
         self.pad_to = pad_to
         self.align = align
+        self.starts, self.numels = starts, numels
         self.constant = None if numels is None else self._constant(starts, numels)
         #: added to each member's address: a member may read its buffer at an offset the shared body does not add
         self.byte_offsets = byte_offsets
@@ -347,16 +349,19 @@ class MemberTable:
     def _constant(self, starts: list[int], numels: list[int]) -> list[int]:
         return MemberTableLayout.constant(self.pad_to, starts, numels, self.values)
 
-    def __call__(self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None) -> torch.Tensor:
+    def __call__(
+        self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None, values: tuple[int, ...] | None = None
+    ) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see
         ``spans``), then slot 1 of every member, ...;
-        ``numels``: the members' numels, for a table made without them (symbolic sizes).
+        ``numels``: the members' numels, for a table made without them (symbolic sizes); ``values``: the members'
+        values, for a table made without them (one of them is a symbol).
 
         The ``aligned`` tensors' addresses are checked where a table is made for them (a call that finds its table
         checks nothing: the same addresses passed before). One that is not aligned is copied to memory that is, as
         Inductor's check before the call would have (``copy_misaligned_inputs``); such a table is made for this
         call only, and the copies live as long as the table returned (the wrapper's ``del`` after the launch)."""
-        key = (numels, *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
+        key = ((numels, values), *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if self._on_cuda and _capturing():
             return self._for_capture_locked(key, tensors)
         slots = self._slots
@@ -416,11 +421,16 @@ class MemberTable:
         table.optimus_ir_copies = copies
         return table
 
-    def _constant_for(self, numels: tuple[int, ...] | None) -> list[int]:
-        if numels is None:
+    def _constant_for(self, sizes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]) -> list[int]:
+        """The constant part of a call's table, from the call's ``(numels, values)`` where it gives them."""
+        numels, values = sizes
+        if numels is None and values is None:
             return self.constant
+        values = self.values if values is None else list(values)
+        if numels is None:
+            return MemberTableLayout.constant(self.pad_to, self.starts, self.numels, values)
         padded = [-(-n // self.align) * self.align for n in numels]
-        return self._constant([0, *itertools.accumulate(padded[:-1])], list(numels))
+        return MemberTableLayout.constant(self.pad_to, [0, *itertools.accumulate(padded[:-1])], list(numels), values)
 
     def _write(self, slots: _ThreadSlots, slot: int, values: list[int], device: torch.device) -> None:
         """Make ``values`` the table of this thread's ``slot`` (a new slot where ``slot`` is the number of its slots

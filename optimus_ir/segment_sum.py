@@ -14,7 +14,8 @@ nothing is stored in between), and the horizontal pass merges the tables' kernel
 ``begin``, ``end`` and ``column`` are int64 values of the body; ``end < 0`` stands for the number of ids (the last
 bag of offsets without their last entry), so that tables of other id counts share a body. ``ids`` is ``(buffer,
 offset, count)`` of a contiguous run of ids, ``table`` ``(buffer, rows, row stride, offset)``, ``weights``
-``(buffer, offset)`` or None, all ints (static sizes only); ``padding`` an int or None. Buffer names sit in
+``(buffer, offset)`` or None; sizes and offsets are numbers or size symbols (the ids' count of a batch of jagged
+features, Dynamo's symbol once it changes); ``padding`` an int or None. Buffer names sit in
 tuples, as ``ops.bucketize``'s do, so that the horizontal pass gives them slots; the table's rows and the ids'
 count are bounds that members of a merged kernel read from the member table (:func:`member_bounds`).
 
@@ -27,9 +28,11 @@ masked to its own run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
+import sympy
 import torch
 from torch._inductor.virtualized import V, ops
 
@@ -47,11 +50,38 @@ _IDS, _TABLE, _WEIGHTS = 4, 5, 6
 _OFFSET = {_IDS: 1, _TABLE: 3, _WEIGHTS: 1}
 
 
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """A size or offset among the op's arguments that is not a number (a size symbol). A loop body's graph holds
+    numbers and names, not sympy values: this holds the value through it, as itself."""
+
+    expr: sympy.Expr
+
+    def __fx_create_arg__(self, tracer: Any) -> Size:
+        return self
+
+    def __repr__(self) -> str:
+        return str(self.expr)
+
+
+def _held(value: Any) -> Any:
+    """``value`` as the op's arguments hold it: an int, or a :class:`Size`."""
+    value = sympy.sympify(value)
+    return int(value) if value.is_number else Size(value)
+
+
+def held_size(held: Any) -> Any:
+    """A size the op's arguments hold, as a number or a sympy expression."""
+    return held.expr if isinstance(held, Size) else held
+
+
 def segment_sum(
     begin: Any, end: Any, column: Any, ids: Ids, table: Table, weights: Weights | None, padding: int | None,
     mean: bool, dtype: torch.dtype,
 ) -> Any:
     """The op in a loop body (see the module's docstring)."""
+    ids, table = (ids[0], *map(_held, ids[1:])), (table[0], *map(_held, table[1:]))
+    weights = None if weights is None else (weights[0], _held(weights[1]))
     return getattr(ops, NAME)(begin, end, column, ids, table, weights, padding, mean, dtype)
 
 
@@ -144,13 +174,13 @@ def _calls(block: Any) -> list[Any]:
 
 def member_bounds(block: Any) -> list[tuple[Any, list[int]]]:
     """The op's calls in a loop body block's graph, each with its bounds: the table's rows, the ids' count."""
-    return [(node, [node.args[_TABLE][1], node.args[_IDS][2]]) for node in _calls(block)]
+    return [(node, [held_size(node.args[_TABLE][1]), held_size(node.args[_IDS][2])]) for node in _calls(block)]
 
 
 def offsets(block: Any) -> list[tuple[str, int]]:
     """Each buffer the op's calls in a loop body block read, with the offset (elements) its run starts at."""
     return [
-        (node.args[i][0], node.args[i][position])
+        (node.args[i][0], held_size(node.args[i][position]))
         for node in _calls(block) for i, position in _OFFSET.items() if node.args[i] is not None
     ]
 
@@ -173,7 +203,7 @@ def key_args(node: Any, relative: Any) -> tuple[Any, ...]:
     for i, position in _OFFSET.items():
         if args[i] is not None:
             ref = list(args[i])
-            ref[position] = relative(ref[0], ref[position])
+            ref[position] = relative(ref[0], held_size(ref[position]))
             args[i] = tuple(ref)
     return tuple(args)
 
@@ -198,8 +228,11 @@ def triton(
         (dtype, lanes), (torch.int64, bag_lanes), (torch.int64, bag_lanes), (dtype, bag_lanes), (torch.int64, ()),
         (torch.bool, bag_lanes), (torch.int64, bag_lanes), (dtype, lanes)))
     ids_ptr, table_ptr = kernel.args.input(ids[0]), kernel.args.input(table[0])
-    _, ids_offset, ids_count = ids
-    _, rows, stride, table_offset = table
+    # sizes may be symbols: the kernel's arguments (a size symbol) or its prologue's values (a member's bound)
+    ids_offset, ids_count, rows, stride, table_offset = (
+        kernel.index_to_str(sympy.sympify(held_size(n))) for n in (*ids[1:], *table[1:])
+    )
+    weights_offset = None if weights is None else kernel.index_to_str(sympy.sympify(held_size(weights[1])))
     code.writeline(f"{total} = tl.zeros_like(({begin} + {column}).to({acc_type}))")
     code.writeline(f"{stop} = tl.where({end} < 0, {ids_count}, {end})")
     code.writeline(f"{length} = {stop} - {begin}")
@@ -223,7 +256,7 @@ def triton(
         if weights is not None:
             weights_ptr = kernel.args.input(weights[0])
             code.writeline(
-                f"{value} = {value} * tl.load({weights_ptr} + ({weights[1]} + {begin} + {step}), {valid}, "
+                f"{value} = {value} * tl.load({weights_ptr} + ({weights_offset} + {begin} + {step}), {valid}, "
                 f"other=0.0).to({acc_type})"
             )
         code.writeline(f"{total} = {total} + {value}")

@@ -354,3 +354,56 @@ def test_row_sums_each_merged_scatter_reads_are_one_allocation():
     # a part of more than MAX_DIRECT_MEMBERS tables: its kernel's table is given the allocation, no tensor per sum
     given_whole = [name for name, rows in parts if int(rows) > 8 * 256 and f"tensors_of({name}," not in backward]
     assert given_whole and all(backward.count(f"del {name}\n") == 1 for name in given_whole), parts
+
+
+def _mark_counts_dynamic(ids, offsets):
+    """The ids' and the offsets' lengths symbolic, as Dynamo makes them once a loop's batches change them."""
+    for tensor in (*ids, *offsets):
+        torch._dynamo.mark_dynamic(tensor, 0)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("mode, include_last_offset", [("sum", False), ("mean", True)])
+def test_jagged_tables_whose_batch_and_id_counts_change(training, mode, include_last_offset):
+    # symbolic counts (automatic dynamic shapes): still one kernel for the tables' sums and their norms, each
+    # table's id count read from the member table per call; the gradient one scatter-add per table, merged; the
+    # same compiled code serves batches of other sizes, as eager's numbers
+    torch.manual_seed(0)
+    model = JaggedTables(mode, include_last_offset, torch.float32).requires_grad_(training)
+
+    def batch(bags):
+        jagged = [_jagged(t.num_embeddings, bags=bags) for t in model.tables]
+        ids = [i for i, _ in jagged]
+        return ids, [o if include_last_offset else o[:-1] for _, o in jagged]
+
+    ids, offsets = batch(8)
+    _mark_counts_dynamic(ids, offsets)
+    stock = compile_report(model, (ids, offsets), passes=None)
+    report = compile_report(model, (ids, offsets))
+    fired = {(r.rule, r.fired) for r in report.rewrites if r.rule.startswith("EmbeddingBag")}
+    assert fired == {(RULE, True)} | ({(BACKWARD_RUNTIME_RULE, True)} if training else set()), report.rewrites
+    forward = report.graphs[0]
+    # (training: and the output's cat, whose pieces the backward reads, as with static sizes)
+    assert len(forward.launches) == 1 + training, forward.launches
+    source = forward.kernels[0].source
+    assert "irows1" in source  # a table's ids, from the member table
+    assert ("ks0" in source) == (not include_last_offset)  # the bags' count: where the last bag ends at the last id
+    assert "values=(" in forward.wrapper  # the ids' counts given per call
+    assert len(report.launches) <= len(stock.launches) - 5, (report.launches, stock.launches)
+
+    compiled = torch.compile(model, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        for bags in (8, 13):
+            ids, offsets = batch(bags)
+            actual = compiled(ids, offsets)
+            expected = model(ids, offsets)
+            torch.testing.assert_close(actual, expected)
+            if training:
+                grad = torch.randn_like(expected)
+                actual_grads = torch.autograd.grad(actual, [t.weight for t in model.tables], grad)
+                torch.testing.assert_close(
+                    actual_grads, torch.autograd.grad(expected, [t.weight for t in model.tables], grad)
+                )
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second batch
+    assert all(r.fired for r in records if r.rule.startswith("EmbeddingBag")) and records

@@ -68,6 +68,8 @@ class MemberTableGroup(TableGroup):
         tensor)."""
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
+        if not index_math.is_static(b for s in self.structures for b in s.indirect_sizes):  # bounds known per call
+            return False
         return len(self.members) == 1 or not self.one_allocations
 
     def table_groups(self) -> list[MemberTableGroup]:
@@ -298,9 +300,15 @@ def _over_flat_index(
     for symbol in divisors:
         del fixed[symbol]
     numel = structure.numel if structure.numel_expr is None else structure.numel_expr
+    # a body that loads an index was traced with its own divisors (no abstract ones): its flat indices are its own
+    flat_indices = structure.flat_indices or [
+        {name: index_math.flatten_loops(expr, snode._body.var_ranges, FLAT_INDEX)
+         for name, expr in snode._body.indexing_exprs.items()}
+        for snode in node.get_nodes()
+    ]
     saved = []
     try:
-        for snode, indices in zip(node.get_nodes(), structure.flat_indices, strict=True):
+        for snode, indices in zip(node.get_nodes(), flat_indices, strict=True):
             (variables,), ranges = dependencies.index_vars_no_squeeze([numel], prefix="p")
             flat = {name: expr.xreplace({**fixed, FLAT_INDEX: variables[0]}) for name, expr in indices.items()}
             body = LoopBody(

@@ -20,6 +20,7 @@ from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 from torch.utils._sympy.functions import FloorDiv
 
+from optimus_ir import index_math
 from optimus_ir.member_table import MemberTableLayout, padded_members
 from optimus_ir.scheduler_hooks.horizontal.allocation import RegionsOfAllocations
 from optimus_ir.scheduler_hooks.horizontal import buffers
@@ -487,8 +488,11 @@ class MemberTableKernel(TritonKernel):
                 sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
             )
             numels = None
-        if self.member_values:
-            options += f", values={[v for values in self.member_values.values() for v in values]!r}"
+        values = [v for values in self.member_values.values() for v in values]
+        if not index_math.is_static(values):  # (a jagged bag's ids count): known per call
+            call_options += f", values=({''.join(wrapper.codegen_python_sizevar(v) + ', ' for v in values)})"
+        elif values:
+            options += f", values={[int(v) for v in values]!r}"
         if aligned:
             options += f", aligned={aligned!r}"
         if buffers.cudagraph_trees():  # the table must not live in a graph's memory pool
