@@ -708,6 +708,19 @@ def test_member_table_of_symbolic_sizes_is_made_from_each_calls_numels():
     assert table(x, y, z, numels=(4097, 1, 1)).tolist()[:7] == [0, 8192, 12288, 2**63 - 1, 4097, 1, 1]
 
 
+def test_member_table_of_symbolic_bounds_is_made_from_each_calls_values():
+    # static sizes whose members' values include a symbol (a jagged table's ids count): given per call, cached by
+    # them as by the addresses
+    table = MemberTable(starts=[0, 1024], numels=[640, 960], pad_to=2)
+    x, y = torch.zeros(3), torch.zeros(5)
+    assert table(x, y, values=(50, 70, 7, 9)).tolist() == [0, 1024, 640, 960, 50, 70, 7, 9, x.data_ptr(), y.data_ptr()]
+    assert table(x, y, values=(50, 70, 8, 9)).tolist()[4:8] == [50, 70, 8, 9]
+    assert table(x, y, values=(50, 70, 7, 9)).tolist()[4:8] == [50, 70, 7, 9]
+    # and with symbolic numels too
+    table = MemberTable(None, None, pad_to=2, align=1024)
+    assert table(x, y, numels=(100, 5), values=(3, 4)).tolist()[:6] == [0, 1024, 100, 5, 3, 4]
+
+
 def test_member_table_adds_each_members_byte_offset_to_its_address():
     # slot 0 of two members reads one buffer at +0 and +64 bytes; slot 1 (their outputs) at no offset
     table = MemberTable(starts=[0, 1024], numels=[16, 16], pad_to=2, byte_offsets=[0, 64, 0, 0])
