@@ -14,7 +14,6 @@ from torch._inductor import ir
 from torch._inductor.lowering import lowerings
 from torch._inductor.virtualized import V
 
-from optimus_ir import index_math
 from optimus_ir.lowering import boxed, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
 
@@ -69,7 +68,7 @@ class MatmulBiasReluToAddmmActivation(LoweringRule):
         # buf0: no reader left, removed by the scheduler's dead-node elimination
 
     The mm's inputs are those of its lowered ``ExternKernel`` (the FX graph's values are freed after their last
-    reader). The bias must be a graph input (a parameter), 1-d, of the output's width and dtype; static sizes;
+    reader). The bias must be a graph input (a parameter), 1-d, of the output's width and dtype (any number of rows);
     fp32, fp16 or bf16, where Inductor writes Triton kernels (on the CPU, ATen's call is addmm then relu).
     """
 
@@ -88,11 +87,12 @@ class MatmulBiasReluToAddmmActivation(LoweringRule):
         b = V.graph.graph_inputs.get(bias.name)
         if b is None:
             raise Reject(f"the bias {bias.name} is computed in the graph, not a graph input")
-        rows, width = x.get_size()
-        if not index_math.is_static([rows, width, *b.get_size()]):
-            raise Reject("symbolic sizes")
-        if list(b.get_size()) != [width] or b.get_dtype() != x.get_dtype():
-            raise Reject(f"a bias of {list(b.get_size())} {b.get_dtype()}, not a row of the output")
+        rows, width = x.get_size()  # (rows may be a symbol: cuBLASLt takes any count)
+        sizes = V.graph.sizevars
+        if len(b.get_size()) != 1 or not sizes.statically_known_equals(b.get_size()[0], width):
+            raise Reject(f"a bias of {list(b.get_size())}, not a row of the output's {width} columns")
+        if b.get_dtype() != x.get_dtype():
+            raise Reject(f"a bias of {b.get_dtype()}, not the output's {x.get_dtype()}")
         matmul = _extern_matmul(x)
         if matmul is None or len(matmul.inputs) not in (2, 3):
             raise Reject(f"the matmul {mm.name} is not one extern kernel (mm or addmm)")

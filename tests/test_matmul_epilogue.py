@@ -44,6 +44,24 @@ def test_numerics_in_the_interpreter_inference_and_training():
         torch.testing.assert_close(got.grad, want.grad)
 
 
+def test_a_batch_that_changes_keeps_the_epilogue_and_its_numerics():
+    # rows symbolic (automatic dynamic shapes): the same calls; the compiled code serves two batch sizes as eager
+    x = torch.randn(256, 64)
+    torch._dynamo.mark_dynamic(x, 0)
+    with torch.no_grad():
+        report = compile_report(_mlp(), (x,), passes="splitcat")
+    assert report.launches == ["torch.ops.aten._addmm_activation.default"] * 2 + ["extern_kernels.addmm"]
+    model = _mlp()
+    torch._dynamo.utils.counters.clear()
+    with optimus_ir.enabled("splitcat"), cpu_triton_interpreter(), recording() as records, torch.no_grad():
+        compiled = torch.compile(model, dynamic=True)
+        for rows in (256, 100):
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert len([r for r in records if r.rule == RULE and r.fired]) == 2
+
+
 def test_a_pre_activation_read_elsewhere_or_a_computed_bias_stay_stock_with_the_reason():
     w, b = torch.randn(32, 64), torch.randn(32)
 
