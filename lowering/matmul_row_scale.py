@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 from torch._inductor.virtualized import V
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from optimus_ir import graph_state, index_math
+from optimus_ir import graph_state
 from optimus_ir.drivers import stock_lowering
 from optimus_ir.lowering import triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
@@ -43,15 +44,15 @@ def _positive(divisor: Any) -> bool:
     return isinstance(low, (int, float)) and low > 0
 
 
-def _per_row(scale: Any, rows: int) -> bool:
+def _per_row(scale: Any, rows: int | torch.SymInt) -> bool:
     """Whether the FX value ``scale`` holds one value per row of ``rows``: ``[rows, 1]``, or broadcast along the
-    columns (stride 0)."""
+    columns (stride 0); with symbolic sizes, proven without adding a guard."""
     val = scale.meta.get("val") if isinstance(scale, torch.fx.Node) else None
     return (
         isinstance(val, torch.Tensor)
         and val.dim() == 2
-        and val.shape[0] == rows
-        and (val.shape[1] == 1 or val.stride(1) == 0)
+        and statically_known_true(val.shape[0] == rows)
+        and (statically_known_true(val.shape[1] == 1) or statically_known_true(val.stride(1) == 0))
     )
 
 
@@ -71,7 +72,8 @@ def _scaled_input(scaling: torch.fx.Node) -> bool:
         and isinstance(val, torch.Tensor)
         and isinstance(x_val, torch.Tensor)
         and val.dim() == 2
-        and tuple(x_val.shape) == tuple(val.shape)
+        and x_val.dim() == val.dim()
+        and all(statically_known_true(a == b) for a, b in zip(x_val.shape, val.shape))
         and val.dtype.is_floating_point
         and _per_row(scale, val.shape[0])
         and _positive(scale)
@@ -96,7 +98,8 @@ class RowScaledMatmulInputToScaledProduct(LoweringRule):
     the scaling itself is lowered as stock, and nothing reads it); at the matmul it multiplies the unscaled input
     and scales the product. The product is rounded before it is scaled, where the input was: a difference within
     float rounding (a divisor that could be zero or was not clamped is left alone: where the input's division makes
-    nan, the product's would make inf, or the reverse). Static sizes, where Inductor writes Triton kernels.
+    nan, the product's would make inf, or the reverse). Any sizes, symbolic ones too (the scale proven one per row of
+    the input), where Inductor writes Triton kernels.
     """
 
     name = "RowScaledMatmulInputToScaledProduct"
@@ -119,11 +122,9 @@ class RowScaledMatmulInputToScaledProduct(LoweringRule):
         device = x.get_device()
         if device is None or not triton_kernels(device):
             raise Reject(f"on {device}: Inductor writes no Triton kernels there")
-        if not index_math.is_static([*x.get_size(), *args[1].get_size()]):
-            raise Reject("symbolic sizes")
         if x.get_dtype() != args[1].get_dtype() or scale.get_dtype() != x.get_dtype():
             raise Reject(f"dtypes {x.get_dtype()}, {scale.get_dtype()} and {args[1].get_dtype()}")
-        if scale.get_size()[1] != 1:
+        if not V.graph.sizevars.statically_known_equals(scale.get_size()[1], 1):
             scale = stock_lowering(aten.slice.Tensor)(scale, 1, 0, 1)
         product = stock_lowering(aten.mm.default)(x, args[1])
         out = stock_lowering(aten.div.Tensor)(product, scale)

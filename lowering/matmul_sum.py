@@ -179,10 +179,11 @@ def _sum_at(root: Any, args: tuple[Any, ...], kwargs: dict[str, Any], every_kind
         raise Reject(f"operands of dtypes {sorted(map(str, dtypes))}")
     if device is None or not triton_kernels(device):
         raise Reject(f"on {device}: Inductor writes no Triton kernels there")
-    if not index_math.is_static([s for p in products for t in (p.left, p.right) for s in t.get_size()]):
-        raise Reject("symbolic sizes")
-    if len({(p.left.get_size()[0], p.right.get_size()[1]) for p in products}) != 1:
-        raise Reject("matmuls of different output shapes (a broadcast sum)")
+    known_equal = V.graph.sizevars.statically_known_equals
+    rows, cols = products[0].left.get_size()[0], products[0].right.get_size()[1]
+    if not all(known_equal(p.left.get_size()[0], rows) and known_equal(p.right.get_size()[1], cols) for p in products):
+        shapes = sorted({f"{p.left.get_size()[0]}x{p.right.get_size()[1]}" for p in products})
+        raise Reject(f"matmuls of output shapes {shapes} not proven equal (a broadcast sum)")
     others: dict[Any, Any] = {}  # each other FX term of the sum → its lowered value
     for term in terms:
         if term in mms or not isinstance(term, torch.fx.Node):
@@ -226,8 +227,11 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
     in its place. A row-scaled operand is divided where it is read, as the mean was before its product. The products
     are added in fp32 before they are rounded (bf16: one rounding where stock has one per product), in another order
     than cuBLAS's: a difference within float rounding. The operands are read until the sum, not until their own product
-    (``GraphState.may_raise_peak``: the stock guard compares the peaks). Static sizes; fp32, fp16 or bf16; where
-    Inductor writes Triton kernels. Larger sums are left to ``SharedOperandMatmulsToOneMatmul``.
+    (``GraphState.may_raise_peak``: the stock guard compares the peaks). Fp32, fp16 or bf16; where Inductor writes
+    Triton kernels. Rows and columns may be symbolic (a sampled subgraph's node counts): the products' output shapes
+    must be proven equal, and their multiply-adds are counted at Inductor's size hints (the sizes it compiles for).
+    ``K`` must be proven one size and at most ``MAX_REDUCTION_INNER`` (static, or a symbol whose range bounds it):
+    a later call may not loop longer per output. Larger sums are left to ``SharedOperandMatmulsToOneMatmul``.
     """
 
     name = "SummedSmallMatmulsToOneReduction"
@@ -239,11 +243,22 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
         found = _sum_at(root, args, kwargs, every_kind=True)
         if found.dtype not in PRODUCT_DTYPES:
             raise NotApplicable(f"products of {found.dtype}")
-        inner = {int(p.left.get_size()[1]) for p in found.products}
-        rows, cols = int(found.products[0].left.get_size()[0]), int(found.products[0].right.get_size()[1])
-        size = rows * cols * max(inner) * len(found.products)
-        if len(inner) != 1 or size > MAX_REDUCTION_PRODUCTS or max(inner) > MAX_REDUCTION_INNER:
-            raise NotApplicable(f"products of inner sizes {sorted(inner)}, {size} multiply-adds: cuBLAS's")
+        sizevars = V.graph.sizevars
+        inner, *more_inner = (p.left.get_size()[1] for p in found.products)
+        if not all(sizevars.statically_known_equals(k, inner) for k in more_inner):
+            if index_math.is_static([inner, *more_inner]):
+                raise NotApplicable(f"products of inner sizes {sorted({inner, *more_inner})}: cuBLAS's")
+            raise Reject(f"inner sizes {[inner, *more_inner]} not proven equal: one reduction runs over one")
+        if not sizevars.statically_known_leq(inner, MAX_REDUCTION_INNER):
+            if index_math.is_static([inner]):
+                raise NotApplicable(f"products of inner size {inner}: cuBLAS's")
+            raise Reject(f"the inner size {inner} is not proven at most {MAX_REDUCTION_INNER}: a longer one would "
+                         f"loop per output where cuBLAS splits it")
+        rows, cols = found.products[0].left.get_size()[0], found.products[0].right.get_size()[1]
+        # at the sizes Inductor compiles for (its size hints), as it chooses its own kernels
+        size = sizevars.optimization_hint(rows * cols * inner) * len(found.products)
+        if size > MAX_REDUCTION_PRODUCTS:
+            raise NotApplicable(f"products of {size} multiply-adds: cuBLAS's")
         loads = [(p.left.make_loader(), p.right.make_loader(), p.scale.make_loader() if p.scale is not None else None)
                  for p in found.products]
 
@@ -258,7 +273,7 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
                 total = term if total is None else ops.add(total, term)
             return total
 
-        out = to_dtype(fp32_sum(found.device, summand, [rows, cols], [next(iter(inner))]), found.dtype)
+        out = to_dtype(fp32_sum(found.device, summand, [rows, cols], [inner]), found.dtype)
         graph_state.current().note_peak_raise(self.name, root.name)
         add = stock_lowering(aten.add.Tensor)
         replaced: dict[torch.fx.Node, Any] = {}
@@ -268,7 +283,7 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
                 value = product.bias if value is None else add(value, product.bias)
             replaced[product.node] = value
         result = found.value(replaced)
-        return result, (f"{len(found.products)} matmuls ({rows}x{next(iter(inner))}x{cols} each) and "
+        return result, (f"{len(found.products)} matmuls ({rows}x{inner}x{cols} each) and "
                         f"{len(found.others)} other terms → one reduction over the inner dimension")
 
 
@@ -292,8 +307,9 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
 
     The right operands' sum rounds once where the products' sum rounded once: the result moves within float
     rounding (docs/design.md has the hetero GNN's errors). Side by side instead (``a @ [b1 | b2]``, its column
-    blocks added) would round as stock, but holds the products at their total size. Static sizes, one floating dtype, where Inductor writes Triton kernels; the sum's other terms
-    must be graph inputs, values another lowering rule returned, or buffers the sum reads.
+    blocks added) would round as stock, but holds the products at their total size. One floating dtype, where
+    Inductor writes Triton kernels; any sizes, symbolic ones too, with the products' output shapes proven equal; the
+    sum's other terms must be graph inputs, values another lowering rule returned, or buffers the sum reads.
     """
 
     name = "SharedOperandMatmulsToOneMatmul"

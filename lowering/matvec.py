@@ -15,7 +15,6 @@ import torch
 from torch._inductor.lowering import to_dtype
 from torch._inductor.virtualized import V, ops
 
-from optimus_ir import index_math
 from optimus_ir.drivers import stock_lowering
 from optimus_ir.lowering import PRODUCT_DTYPES, fp32_sum, triton_kernels
 from optimus_ir.rule import LoweringRule, NotApplicable, Reject
@@ -35,8 +34,10 @@ class MatvecToRowReduction(LoweringRule):
         buf0 = Reduction(sum over r0 < 256 of f32(x[256*i0 + r0]) * f32(w[r0]))      # [2048, 1]
         buf1 = Pointwise(b[0] + buf0[i0])       # fused with buf0 and with its reader
 
-    The sum runs in another order than cuBLAS's: a difference within float rounding. Static sizes; fp32, fp16 or
-    bf16 operands of one dtype, where Inductor writes Triton kernels; ``alpha`` and ``beta`` of 1.
+    The sum runs in another order than cuBLAS's: a difference within float rounding. Fp32, fp16 or bf16 operands of
+    one dtype, where Inductor writes Triton kernels; ``alpha`` and ``beta`` of 1; one column, static (Dynamo never
+    makes a size of 1 a symbol). The rows and ``K`` may be symbolic, as in Inductor's own decomposition of such a
+    product: a symbolic ``K`` makes the reduction a loop.
     """
 
     name = "MatvecToRowReduction"
@@ -50,9 +51,9 @@ class MatvecToRowReduction(LoweringRule):
             raise NotApplicable("not mm(x, w) or addmm(b, x, w)")
         bias, x, w = args if len(args) == 3 else (None, *args)
         rows, inner = x.get_size()
-        cols = w.get_size()[1]
-        if not index_math.is_static([rows, inner, cols]) or int(cols) != 1:
-            raise NotApplicable("not a product to one static column")
+        known_equal = V.graph.sizevars.statically_known_equals
+        if not known_equal(w.get_size()[1], 1):
+            raise NotApplicable("not a product to one column")
         device = x.get_device()
         if device is None or not triton_kernels(device):
             raise Reject(f"on {device}: Inductor writes no Triton kernels there")
@@ -70,7 +71,7 @@ class MatvecToRowReduction(LoweringRule):
         if bias is not None:
             # bias first, as Inductor's unfused addmm adds it on CUDA (the same sum; the same kernel text)
             out = stock_lowering(aten.add.Tensor)(to_dtype(bias, torch.float32), out)
-            if [int(s) for s in out.get_size()] != [int(rows), 1]:
+            if len(out.get_size()) != 2 or not all(map(known_equal, out.get_size(), (rows, 1))):
                 raise Reject(f"a bias of {list(bias.get_size())} widens the product")
         out = to_dtype(out, dtype)
         node = V.graph.current_node

@@ -10,10 +10,13 @@ compared by how they are computed: the same op of the same arguments, down to th
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import torch
 from torch._inductor import ir
+from torch._inductor.utils import convert_shape_to_inductor
 from torch._inductor.virtualized import V
 
 from optimus_ir import graph_state
@@ -28,12 +31,17 @@ _MAX_DEPTH = 8
 
 #: ops whose values are not told by their arguments: uninitialized memory
 _UNINITIALIZED = frozenset({"empty", "new_empty", "empty_strided", "new_empty_strided", "empty_like"})
+#: what a graph of symbolic sizes computes sizes with (``full([s0 // 4], 0)``): Python's operators on SymInts
+_SIZE_ARITHMETIC = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.truediv, operator.pow,
+    operator.neg, math.ceil, math.floor, torch.sym_int, torch.sym_float, torch.sym_max, torch.sym_min,
+})
 
 
 def _pure(target: Any) -> bool:
-    """Whether ``target``'s value is told by its arguments: an aten op that mutates nothing, draws no random
-    numbers and does not hand out uninitialized memory."""
-    return (
+    """Whether ``target``'s value is told by its arguments: arithmetic of sizes, or an aten op that mutates nothing,
+    draws no random numbers and does not hand out uninitialized memory."""
+    return target in _SIZE_ARITHMETIC or (
         isinstance(target, torch._ops.OpOverload)
         and not target._schema.is_mutable
         and torch.Tag.nondeterministic_seeded not in target.tags
@@ -70,7 +78,8 @@ def _value_of(node: torch.fx.Node) -> Any:
     found = [buffer for buffer in V.graph.buffers if getattr(buffer, "origin_node", None) is node]
     if len(found) != 1 or not isinstance(found[0], (ir.ComputedBuffer, ir.ExternKernelOut)):
         return None
-    if list(found[0].get_size()) != list(node.meta["val"].shape):
+    size, shape = found[0].get_size(), convert_shape_to_inductor(node.meta["val"].shape)
+    if len(size) != len(shape) or not all(map(V.graph.sizevars.statically_known_equals, size, shape)):
         return None
     return boxed(found[0])
 
@@ -91,7 +100,9 @@ class RepeatedComputationToFirstValue(LoweringRule):
 
     The earlier buffer then lives until the later readers: a count is a vector per node type, a weight gradient a
     weight's size, small beside what a layer holds; where the stock guard compares the graph, it compares its peak
-    with stock's (``GraphState.may_raise_peak``). Nothing random, nothing mutable in the computation.
+    with stock's (``GraphState.may_raise_peak``). Nothing random, nothing mutable in the computation. Sizes may be
+    symbolic: a size the graph computes (``s0 // 4``) is part of the computation, and the earlier buffer's shape is
+    proven the value's.
     """
 
     name = "RepeatedComputationToFirstValue"

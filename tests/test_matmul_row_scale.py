@@ -16,11 +16,11 @@ def mean_then_linear(summed, count, w):
     return torch.relu((summed / count.clamp(min=1)) @ w.t())
 
 
-def _inputs(requires_grad: bool = False) -> tuple[torch.Tensor, ...]:
+def _inputs(requires_grad: bool = False, rows: int = 300, features: int = 64) -> tuple[torch.Tensor, ...]:
     torch.manual_seed(0)
-    summed = torch.randn(300, 64, requires_grad=requires_grad)
-    count = (torch.rand(300, 1) * 4).floor()  # zeros among them: clamped
-    return summed, count, torch.randn(32, 64, requires_grad=requires_grad)
+    summed = torch.randn(rows, features, requires_grad=requires_grad)
+    count = (torch.rand(rows, 1) * 4).floor()  # zeros among them: clamped
+    return summed, count, torch.randn(32, features, requires_grad=requires_grad)
 
 
 def test_the_mean_is_taken_of_the_product_where_it_is_read():
@@ -68,3 +68,32 @@ def test_a_column_scale_a_divisor_not_clamped_or_a_mean_read_elsewhere_stays_sto
         report = compile_report(fn, inputs)
         assert not [r for r in report.rewrites if r.rule == RULE]
         assert "div" in " ".join(report.launches)
+
+
+def test_symbolic_row_counts_scale_the_product_as_static_ones():
+    """A mean over a sampled subgraph: the node count changes every batch, marked dynamic."""
+    def inputs():
+        made = _inputs()
+        for t in made[:2]:
+            torch._dynamo.mark_dynamic(t, 0)
+        return made
+
+    stock = compile_report(mean_then_linear, inputs(), passes=None)
+    static = compile_report(mean_then_linear, _inputs(), passes="horizontal")
+    report = compile_report(mean_then_linear, inputs(), passes="horizontal")
+    (fired,) = [r for r in report.rewrites if r.rule == RULE]
+    assert fired.fired and "(s" in fired.detail and "x64x32)" in fired.detail
+    assert "extern_kernels.mm(arg" in report.wrapper  # the sums themselves
+    assert len(report.launches) < len(stock.launches) and len(report.launches) <= len(static.launches)
+
+
+def test_numerics_with_symbolic_sizes_at_two_shapes_in_the_interpreter():
+    compiled = torch.compile(mean_then_linear, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad(), cpu_triton_interpreter(), optimus_ir.enabled("horizontal"), recording() as records:
+        for rows, features in ((300, 64), (173, 40)):
+            inputs = _inputs(rows=rows, features=features)
+            torch.testing.assert_close(compiled(*inputs), mean_then_linear(*inputs))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second shape
+    (fired,) = [r for r in records if r.rule == RULE]
+    assert fired.fired and "(s" in fired.detail

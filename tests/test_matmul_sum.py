@@ -3,6 +3,8 @@ reduction (SummedSmallMatmulsToOneReduction), larger ones of a shared left opera
 (SharedOperandMatmulsToOneMatmul), what both leave alone, and the numerics against eager through Triton's
 interpreter."""
 
+import re
+
 import pytest
 import torch
 import torch._inductor.config as inductor_config
@@ -209,3 +211,86 @@ def test_a_hetero_gnn_computes_eagers_values_in_the_interpreter():
             actual = torch.compile(model)(*inputs)
     assert len([r for r in records if r.rule == REDUCTION and r.fired]) == 8
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def _rows_dynamic(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The inputs with their rows (a sampled subgraph's node count) symbolic, as Dynamo makes them once they change."""
+    for t in inputs:
+        torch._dynamo.mark_dynamic(t, 0)
+    return inputs
+
+
+@pytest.mark.parametrize("rule, rows, features, out, detail", [
+    (REDUCTION, 300, 64, 32, r"4 matmuls \(s\d+x64x32 each\) and 2 other terms"),
+    (RULE, 2048, 512, 512, r"2 matmuls of 1 left operand\(s\) \(s\d+x512\) → 1,"),
+], ids=["small", "larger"])
+def test_symbolic_row_counts_are_merged_as_static_ones(rule, rows, features, out, detail):
+    """The node count changes every batch, the features stay: with the rows symbolic each rule fires as with them
+    static (the larger products, above ``MAX_REDUCTION_PRODUCTS`` at the size hint, through one matmul)."""
+    model = TwoConvsIntoOneType(features, out)
+    with torch.no_grad():
+        stock = compile_report(model, _rows_dynamic(_inputs(rows=rows, features=features)), passes=None)
+        static = compile_report(model, _inputs(rows=rows, features=features), passes="horizontal")
+        report = compile_report(model, _rows_dynamic(_inputs(rows=rows, features=features)), passes="horizontal")
+    (fired,) = [r for r in report.rewrites if r.rule in (REDUCTION, RULE) and r.fired]
+    assert fired.rule == rule and re.match(detail, fired.detail), fired.detail
+    assert len(report.launches) < len(stock.launches) and len(report.launches) <= len(static.launches)
+
+
+def test_a_symbolic_inner_size_is_taken_where_its_range_bounds_it_and_refused_naming_it_where_not():
+    def fn(x, y, w):
+        return torch.relu(x @ w + y @ w)
+
+    def inputs(inner: int = 64, **bound: int) -> tuple[torch.Tensor, ...]:
+        made = torch.randn(16, inner), torch.randn(16, inner), torch.randn(inner, 32)
+        for t, dim in zip(made, (1, 1, 0)):  # the inner dimension
+            torch._dynamo.mark_dynamic(t, dim, **bound)
+        return made
+
+    bound = {"min": 2, "max": matmul_sum.MAX_REDUCTION_INNER}
+    bounded = compile_report(fn, inputs(**bound))
+    assert [r.fired for r in bounded.rewrites if r.rule == REDUCTION] == [True]
+    assert not [name for name in bounded.launches if name.startswith("extern_kernels.")]
+    unbounded = compile_report(fn, inputs())
+    (rejected,) = [r for r in unbounded.rewrites if r.rule == REDUCTION]
+    assert not rejected.fired and rejected.detail.startswith("the inner size s") and "not proven at most 512" in (
+        rejected.detail)
+    assert unbounded.launches.count("extern_kernels.mm") + unbounded.launches.count("extern_kernels.addmm") == 2
+
+    compiled = torch.compile(fn)
+    torch._dynamo.utils.counters.clear()
+    with inductor_config.patch(pattern_matcher=False), optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), \
+            recording() as records:
+        for inner in (64, 40):  # the reduction a loop over the symbolic K
+            x, y, w = inputs(inner, **bound)
+            torch.testing.assert_close(compiled(x, y, w), fn(x, y, w))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert [r.fired for r in records if r.rule == REDUCTION] == [True]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("rule", [REDUCTION, RULE])
+def test_numerics_with_symbolic_row_counts_at_two_shapes_in_the_interpreter(rule, grad, monkeypatch):
+    """Compiled once with symbolic sizes (``dynamic=True``), called at two node counts without a recompile. Below
+    ``MAX_REDUCTION_PRODUCTS`` the sum is one reduction; with the bound at 0 the shared operand's products one
+    matmul. In training the backward's sums too."""
+    if rule == RULE:
+        monkeypatch.setattr(matmul_sum, "MAX_REDUCTION_PRODUCTS", 0)
+    model = TwoConvsIntoOneType(16, 4, bias=False)  # (small: the interpreter runs each block in Python)
+    compiled = torch.compile(model, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    with torch.set_grad_enabled(grad), inductor_config.patch(pattern_matcher=False), \
+            optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows in (6, 11):
+            inputs = _inputs(grad, rows=rows, features=16)
+            actual, expected = compiled(*inputs), model(*inputs)
+            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+            if grad:
+                upstream = torch.randn_like(expected)
+                wrt = [*(t for t in inputs if t.requires_grad), *model.parameters()]
+                torch.testing.assert_close(torch.autograd.grad(actual, wrt, upstream),
+                                           torch.autograd.grad(expected, wrt, upstream), atol=1e-4, rtol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second shape
+    fired = [r for r in records if r.rule in (REDUCTION, RULE) and r.fired]
+    assert {r.rule for r in fired} == {rule} and all("(s" in r.detail for r in fired)
+    assert len(fired) == 1 + grad  # training: the features' gradient, g @ v1 + g @ v2, too

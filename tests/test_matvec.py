@@ -67,3 +67,39 @@ def test_several_columns_a_scaled_product_or_fp64_stay_stock():
         report = compile_report(fn, (x, w, b), passes="horizontal")
         assert not [r for r in report.rewrites if r.rule == RULE and r.fired], fn.__name__
         assert any(launch.startswith("extern_kernels") for launch in report.launches), fn.__name__
+
+
+def _shaped(rows: int, inner: int, requires_grad: bool = False) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    return tuple(torch.randn(*shape, requires_grad=requires_grad) for shape in ((rows, inner), (1, inner), (1,)))
+
+
+def test_symbolic_rows_and_inner_size_are_one_reduction_kernel_too():
+    """Every size symbolic (``dynamic=True``) but the one column, which Dynamo keeps 1: a looped reduction over the
+    symbolic ``K``, its bias and sigmoid fused."""
+    stock = compile_report(logit, _inputs(), passes=None, dynamic=True)
+    static = compile_report(logit, _inputs(), passes="horizontal")
+    report = compile_report(logit, _inputs(), passes="horizontal", dynamic=True)
+    (fired,) = [r for r in report.rewrites if r.rule == RULE]
+    assert fired.fired and "x1) → a row reduction" in fired.detail and "(s" in fired.detail
+    assert report.launches[0].startswith("triton_red_") and "tl.sigmoid(" in report.graphs[0].kernels[0].source
+    assert len(report.launches) < len(stock.launches) and len(report.launches) <= len(static.launches)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_numerics_with_symbolic_sizes_at_two_shapes_in_the_interpreter(grad):
+    compiled = torch.compile(logit, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    with torch.set_grad_enabled(grad), cpu_triton_interpreter(), optimus_ir.enabled("horizontal"), \
+            recording() as records:
+        for rows, inner in ((300, 96), (173, 40)):
+            inputs = _shaped(rows, inner, grad)
+            actual, expected = compiled(*inputs), logit(*inputs)
+            torch.testing.assert_close(actual, expected)
+            if grad:
+                upstream = torch.randn_like(expected)
+                torch.testing.assert_close(torch.autograd.grad(actual, inputs, upstream),
+                                           torch.autograd.grad(expected, inputs, upstream))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second shape
+    (fired,) = [r for r in records if r.rule == RULE]
+    assert fired.fired and "(s" in fired.detail

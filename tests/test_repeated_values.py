@@ -92,3 +92,41 @@ def test_a_backwards_weight_gradients_of_one_input_are_one_product():
         torch.compile(summed)(x).sum().backward()
     assert [r for r in records if r.rule == RULE and r.fired]
     torch.testing.assert_close([first.weight.grad, second.weight.grad], expected)
+
+
+def two_layers_over_a_quarter(x, index):
+    """Targets counted over a node count the graph computes: with symbolic sizes a size expression (``s0 // 4``) of
+    the computation."""
+    return _mean(torch.tanh(_mean(x, index, x.shape[0] // 4)[index]), index, x.shape[0] // 4)
+
+
+def _batch(edges: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(edges, 16), torch.randint(0, edges // 4, (edges,))
+
+
+def test_with_symbolic_sizes_a_count_over_a_computed_size_is_read_again():
+    def counts(report):  # the kernels that make a count: each fills and scatters new ones
+        return sum("new_ones" in name for name in report.launches)
+
+    stock = compile_report(two_layers_over_a_quarter, _batch(400), passes=None, dynamic=True)
+    static = compile_report(two_layers_over_a_quarter, _batch(400), passes="horizontal")
+    report = compile_report(two_layers_over_a_quarter, _batch(400), passes="horizontal", dynamic=True)
+    (fired,) = [r for r in report.rewrites if r.rule == RULE]
+    assert fired.fired and fired.detail.startswith("computed as scatter_add")
+    # (counts, not all launches, against the static compile's: with symbolic sizes the horizontal scheduler merges
+    # fewer of the other scatters)
+    assert counts(report) == 1 < counts(stock) and counts(report) <= counts(static)
+    assert len(report.launches) < len(stock.launches)
+
+
+def test_numerics_with_symbolic_sizes_at_two_shapes_in_the_interpreter():
+    compiled = torch.compile(two_layers_over_a_quarter, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    with cpu_triton_interpreter(), optimus_ir.enabled("horizontal"), recording() as records:
+        for edges in (400, 252):
+            x, index = _batch(edges)
+            torch.testing.assert_close(compiled(x, index), two_layers_over_a_quarter(x, index))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile for the second shape
+    (fired,) = [r for r in records if r.rule == RULE]
+    assert fired.fired
