@@ -91,8 +91,9 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
         buf2 = Reduction(sum over r0 < 64 of buf0[1728*i0 + 64*rows[i1] + r0] * buf0[1728*i0 + 64*cols[i1] + r0])
         # buf1 is never made; out-of-range ids fail the kernel's bounds assert, as the gather's do
 
-    The sums run in another order than cuBLAS's: a difference within float rounding. Static sizes, at most
-    ``MAX_PRODUCTS`` products; fp32, fp16 or bf16, where Inductor writes Triton kernels; any integer ``rows`` and
+    The sums run in another order than cuBLAS's: a difference within float rounding. The batch may be a symbol (a
+    batch that changes), the features' count and width and the pairs not; at most ``MAX_PRODUCTS`` products (by
+    the batch's hint); fp32, fp16 or bf16, where Inductor writes Triton kernels; any integer ``rows`` and
     ``cols`` of one length (graph inputs or computed).
     """
 
@@ -122,9 +123,11 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
         if any(i.get_dtype() not in (torch.int32, torch.int64) or len(i.get_size()) != 1 for i in (rows, cols)):
             raise Reject("rows and cols are not 1-d integer tensors")
         pairs = rows.get_size()[0]
-        if not index_math.is_static([batch, count, width, pairs, cols.get_size()[0]]) or pairs != cols.get_size()[0]:
-            raise Reject("symbolic sizes, or rows and cols of different lengths")
-        if batch * pairs * width > MAX_PRODUCTS:
+        if not index_math.is_static([count, width, pairs, cols.get_size()[0]]) or pairs != cols.get_size()[0]:
+            # (the batch may be a symbol; the features' count and width, and the kept pairs, are the model's)
+            raise Reject(f"features, width or pairs symbolic ({count}, {width}, {pairs}), or rows and cols of "
+                         "different lengths")
+        if V.graph.sizevars.size_hint(batch * pairs * width) > MAX_PRODUCTS:  # a changing batch: by its hint
             raise Reject(f"{batch}x{pairs} pairs of {width}: above {MAX_PRODUCTS} products, the bmm reuses rows better")
         load, row_of, col_of = boxed(left).make_loader(), rows.make_loader(), cols.make_loader()
 

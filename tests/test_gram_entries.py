@@ -58,6 +58,29 @@ def test_numerics_in_the_interpreter_inference_and_training():
     torch.testing.assert_close([t.grad for t in inputs[:2]], want)
 
 
+def test_a_batch_that_changes_keeps_the_reduction_and_its_numerics():
+    # the batch symbolic (automatic dynamic shapes): still no bmm; one compile serves two batch sizes as eager
+    inputs = _inputs()
+    for t in inputs[:2]:
+        torch._dynamo.mark_dynamic(t, 0)
+    report = compile_report(interaction, inputs, passes="horizontal")
+    # (the stack and the output's cat stay two kernels: no kernel of several bodies over symbolic sizes, as the
+    # dump says)
+    assert "extern_kernels.bmm" not in report.launches and len(report.launches) == 3, report.launches
+    assert any("symbolic sizes: the classes' blocks" in r.detail for r in report.rewrites), report.rewrites
+    # a loop's batches: Dynamo compiles the first statically, the second with the batch a symbol (automatic
+    # dynamic shapes), and the third runs that code
+    torch._dynamo.utils.counters.clear()
+    with cpu_triton_interpreter(), optimus_ir.enabled("horizontal"), recording() as records:
+        compiled = torch.compile(interaction)
+        for batch in (40, 23, 31):
+            bottom, pooled, rows, cols = _inputs()
+            bottom, pooled = bottom[:batch].clone(), pooled[:batch].clone()
+            torch.testing.assert_close(compiled(bottom, pooled, rows, cols), interaction(bottom, pooled, rows, cols))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    assert [r.fired for r in records if r.rule == RULE] == [True, True]
+
+
 def test_numerics_in_the_interpreter_bf16_accumulated_in_fp32():
     """The interpreter has no bf16 atomic add for the gather's backward: inference only; eager's bmm accumulates
     in fp32 and rounds once, as the reduction does."""

@@ -51,6 +51,9 @@ from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_PADDING, RULE, tile
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
 _NO_PLAIN_REDUCTION = "a row reduction Inductor may make cooperative or several kernels of"
+#: why members of symbolic sizes (a batch that changes) are no class: where each class's blocks start is fixed
+#: when the kernel is made, where a member table of one body takes its members' starts per call
+_SYMBOLIC_CLASSES = "symbolic sizes: the classes' blocks are placed when the kernel is made, not per call"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -188,7 +191,9 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
             continue
         # (a reduction's configs are tried by running it: a class's update in place would be applied each time)
         in_place_reduction = kind in (PERSISTENT, LOOPED) and any(s.updates_in_place for s in structures)
-        if all(s.numel_expr is None and not s.key[-1] for s in structures) and not in_place_reduction:
+        if any(s.numel_expr is not None for s in structures):
+            refused.setdefault(_SYMBOLIC_CLASSES, []).append(node.get_name())
+        elif not any(s.key[-1] for s in structures) and not in_place_reduction:
             units.append((node, structures, kind))
     for why, names in refused.items():
         record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
