@@ -88,6 +88,7 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
         by_key: dict[tuple[Any, ...], list[tuple[Any, Structure]]] = {}
         bytes_of = BufferBytes()
         left_out: dict[str, list[str]] = {}
+        first_of: dict[str, str] = {}  # each reason's first detail: which node, which sizes
         # Inductor's codegen of a mix-order reduction removes its readers' split-reduction stage (``removed_ops``):
         # those readers are not the nodes measured here (its combo kernels leave them out too)
         mix_order_outputs = OrderedSet(
@@ -101,9 +102,12 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             if isinstance(structure, Structure):
                 by_key.setdefault(structure.key, []).append((node, structure))
             elif not structure.startswith("not a plain kernel"):
-                left_out.setdefault(structure.split(":")[0], []).append(node.get_name())
+                reason, _, detail = structure.partition(": ")
+                left_out.setdefault(reason, []).append(node.get_name())
+                first_of.setdefault(reason, detail)
         for reason, names in left_out.items():
-            record(RULE, False, names, f"not merged ({reason}): stock kernels")
+            detail = f", e.g. {first_of[reason]}" if reason.startswith("symbolic") else ""  # which symbol
+            record(RULE, False, names, f"not merged ({reason}{detail}): stock kernels")
         _leave_mixed_piece_groups(nodes, by_key)
         # members alike but for the 0-d CPU tensors they read (the key's last part): why they stay apart
         apart_by_numbers: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
