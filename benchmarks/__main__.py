@@ -13,6 +13,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chains": ("benchmarks.chains", "split -> pointwise -> cat chains under every variant"),
     "real": ("benchmarks.real_models", "real models (hetero GNN, CNNs, MoE, DLRM), inference and training: stock / "
              "combo / optimus_ir (--codegen-only: no GPU)"),
+    "loops": ("benchmarks.loops", "real models over streams of batches whose shapes change (recompiles, steady "
+              "state against one frozen batch): stock / combo / optimus_ir (--scale tiny: CPU)"),
     "per-call": ("benchmarks.per_call", "time per call of the storms, variants in interleaved rounds, and its floors"),
     "first-call": ("benchmarks.first_call", "cold-compile seconds, stock and optimus_ir alternating, and their phases"),
     "memory": ("benchmarks.memory", "what is allocated at the peak of one call, stock against optimus_ir"),

@@ -1,7 +1,7 @@
 """The parts of the benchmarks' runners that need no GPU, on the CPU: the suite's plans and rows, the variants, the
 real-model suite's steps, summary and code-generation report, the summary of several runs, the plot, the per-call
-floor and the member-table write counter. Not run by CI (its
-tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``."""
+floor, the member-table write counter and the loop benchmark (its streams, and a whole run on the CPU). Not run by
+CI (its tests are tests/); run with ``python -m pytest benchmarks/test_runner.py -q``."""
 
 import argparse
 import json
@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 import torch
 
-from benchmarks import measure, per_call, real_models, suite, summary
+from benchmarks import loops, measure, per_call, real_models, real_zoo, suite, summary
 from benchmarks.real_zoo import RealModel
 from optimus_ir.runtime import MemberTable
 from optimus_ir.testing.workloads import WORKLOADS
@@ -411,3 +411,163 @@ def test_merge_cost_groups_the_launches_that_changed_by_their_source_nodes():
     assert [l.kernel for l in mine] == ["m_0"] and [l.kernel for l in theirs] == ["k_0", "k_0"]
     row = merge_cost.row(mine, theirs)
     assert row["optimus_ir µs"] == 4.0 and row["stock µs"] == 5.0 and row["Δ µs"] == -1.0
+
+
+def _loop_model(name):
+    (model,) = [model for model in loops.LOOPS if model.name == name]
+    return model
+
+
+def test_loops_dlrm_stream_changes_its_rows_and_ends_with_a_partial_batch():
+    """A full batch first, then batches of other sizes, the last one partial; the same stream from every build."""
+    scale = loops.SCALES["full"]
+    model = _loop_model("dlrm-26")
+    _, stream = model.build(scale, loops.STEPS)
+    rows = [dense.shape[0] for dense, _ in stream]
+    assert len(stream) == loops.STEPS and rows[0] == scale.batch and 2 <= rows[-1] < scale.batch
+    assert len(set(rows)) >= 4 and all(sparse.shape[1] == n for (_, sparse), n in zip(stream, rows))
+    _, again = model.build(scale, loops.STEPS)
+    assert all(torch.equal(a, b) for batch, other in zip(stream, again) for a, b in zip(batch, other))
+
+
+def test_loops_sparse_arch_stream_draws_every_bag_so_that_every_tables_id_count_changes():
+    """Bags of 0 to 8 ids, drawn per bag: each of the 26 tables gets another id count in every batch (unlike
+    ``JaggedSparseArch.example_inputs``, whose totals are fixed); full batches of bags, the last one partial."""
+    scale = loops.SCALES["full"]
+    module, stream = _loop_model("sparse-arch-26").build(scale, 4)
+    assert len(module.tables) == 26
+    bags = [len(offsets[0]) for _, offsets in stream]
+    assert bags[:-1] == [scale.batch] * 3 and 2 <= bags[-1] < scale.batch
+    for ids, offsets in stream:
+        for table, table_ids, table_offsets in zip(module.tables, ids, offsets):
+            lengths = torch.diff(table_offsets, append=torch.tensor([len(table_ids)]))
+            assert table_offsets[0] == 0 and 0 <= lengths.min() and lengths.max() <= loops.MAX_BAG
+            assert 0 <= table_ids.min() and table_ids.max() < table.num_embeddings
+    totals = [[len(table_ids) for table_ids in ids] for ids, _ in stream]
+    assert all(len(set(counts)) > 1 for counts in zip(*totals[:3]))  # every table's, among the full batches
+
+
+def test_loops_hetero_stream_samples_subgraphs_of_every_type():
+    """Every batch has the 8 node types and 16 edge types of the model, node and edge counts drawn per type, each
+    edge within its types' nodes; the last batch from the seeds left over is smaller."""
+    pytest.importorskip("torch_geometric")
+    scale = loops.SCALES["tiny"]
+    _, stream = _loop_model("hetero-sage").build(scale, 4)
+    for x, edges in stream:
+        assert list(x) == real_zoo.HETERO_NODE_TYPES and len(edges) == 16
+        assert all(scale.nodes[0] // 2 <= len(features) < scale.nodes[1] for features in x.values())
+        for (source, _, target), index in edges.items():
+            assert index[0].max() < len(x[source]) and index[1].max() < len(x[target])
+    counts = [[len(features) for features in x.values()] for x, _ in stream]
+    assert counts[0] != counts[1] and sum(counts[-1]) < len(counts[-1]) * scale.nodes[1] // 2
+
+
+def test_loops_moe_stream_changes_the_sequence_length_and_ends_with_a_partial_batch():
+    pytest.importorskip("transformers")
+    scale = loops.SCALES["tiny"]
+    _, stream = _loop_model("mixtral-moe").build(scale, 6)
+    shapes = [tuple(ids.shape) for (ids,) in stream]
+    assert shapes[0] == (scale.moe_batch, scale.moe_lengths[1]) and shapes[-1][0] == scale.moe_batch - 1
+    assert len({length for _, length in shapes}) > 2
+
+
+def _toy_loop(scale, steps):
+    """A two-layer MLP over batches of 6, 4, 9 and 3 rows."""
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    return module, [(torch.randn(rows, 8),) for rows in (6, 6, 4, 6, 9, 3)[:steps]]
+
+
+def test_loops_run_a_stream_on_the_cpu_count_recompiles_time_and_write_the_rows(tmp_path):
+    """The whole benchmark on the CPU, eager, stock and optimus_ir, in a training step (the CPU compiles take most
+    of a minute; inference differs by its call alone): each compiled variant compiles a static graph on the first
+    batch and one of symbolic sizes on the next shape, then nothing more (the marks a variant's training graph puts
+    on the batches it saved reach no other variant); its function of the frozen batch one static graph; errors as
+    eager's, gradients too; times on the host's clock; no kernels or peak without CUDA."""
+    names = ("eager", "stock", "optimus_ir")
+    variants = [v for v in measure.VARIANTS if v.name in names]
+    toy = loops.LoopModel("toy", _toy_loop)
+    assert loops.run([toy], ["training"], variants, tmp_path, "tiny", steps=6, passes=2, device="cpu")
+    rows = json.loads((tmp_path / "loops.json").read_text())["rows"]
+    assert [row["variant"] for row in rows] == list(names)
+    compiles = {"graphs": 1, "recompiles": 1, "dynamic compiles": 1, "compiles after warm-up": 0,
+                "static recompiles": 0, "static dynamic compiles": 0, "max compiles/frame": 2}
+    for row in rows:
+        assert "error" not in row and row["steps"] == 6 and "kernels/step" not in row and "peak MiB" not in row
+        assert row["max rel err"] < 1e-5 and row["static max rel err"] < 1e-5
+        assert row["ms/step"] > 0 and row["static ms/call"] > 0 and len(row["ms/step by pass"].split()) == 2
+        assert {k: row.get(k) for k in compiles} == (compiles if row["variant"] != "eager" else dict.fromkeys(compiles))
+    summary_table = (tmp_path / "loops_summary.md").read_text()
+    assert "| recompiles: eager / stock / optimus_ir |" in summary_table
+    assert "| toy/training | - / - / - | - / - / - | " in summary_table
+
+
+def test_loops_leave_a_failure_in_its_row_and_fail_the_run(tmp_path):
+    """A model that cannot be built fails its case's one row; a variant that cannot be set up fails its row, the
+    other variants' rows are measured; the run returns False after writing them all. Past its budget a run starts
+    no case and lists those it skipped."""
+    def unbuildable(scale, steps):
+        raise ImportError("no such library")
+
+    eager = next(v for v in measure.VARIANTS if v.name == "eager")
+    broken = measure.Variant("broken", True, {"no_such_option": True}, None)
+    models = [loops.LoopModel("missing", unbuildable), loops.LoopModel("toy", _toy_loop)]
+    assert not loops.run(models, ["inference"], [eager, broken], tmp_path, "tiny", steps=3, passes=1, device="cpu")
+    rows = json.loads((tmp_path / "loops.json").read_text())["rows"]
+    assert [(row["model"], row["variant"]) for row in rows] == [("missing", "eager"), ("toy", "eager"),
+                                                               ("toy", "broken")]
+    assert rows[0]["error"] == "ImportError: no such library" and "no_such_option" in rows[2]["error"]
+    assert "error" not in rows[1] and rows[1]["ms/step"] > 0
+
+    assert loops.run(models, ["inference"], [eager], tmp_path, "tiny", steps=3, passes=1, device="cpu", budget_s=-1)
+    results = json.loads((tmp_path / "loops.json").read_text())
+    assert results["rows"] == [] and results["meta"]["skipped"] == ["missing/inference", "toy/inference"]
+
+
+def test_loops_time_every_variants_step_and_frozen_batch_in_turns(monkeypatch):
+    """Each turn is one step of the stream: one call of every variant on its batch and one of every variant's
+    static function on the frozen batch, the order rotating each turn; ms per step is the median over passes of a
+    pass's mean, the ratios to the other variants are taken turn by turn, loop / static on the frozen batch."""
+    log = []
+
+    def calls(name):
+        steps = [lambda step=step: log.append((name, step)) for step in range(2)]
+        return loops.Compiled(measure.VARIANTS[1], steps, lambda: log.append((name, "static")))
+
+    ms = {("stock", 0): 2.0, ("stock", 1): 4.0, ("stock", "static"): 1.0,
+          ("optimus_ir", 0): 1.0, ("optimus_ir", 1): 5.0, ("optimus_ir", "static"): 0.5}
+
+    def timed(call, device):
+        call()
+        return ms[log[-1]]
+
+    monkeypatch.setattr(loops, "step_ms", timed)
+    monkeypatch.setattr(loops, "WARMUP_PASSES", 1)
+    times = loops.time_in_turns({"stock": calls("stock"), "optimus_ir": calls("optimus_ir")}, 2, "cpu")
+    assert log[:6] == [("stock", 0), ("stock", 1), ("stock", "static"),
+                       ("optimus_ir", 0), ("optimus_ir", 1), ("optimus_ir", "static")]
+    assert log[6:14] == [("stock", 0), ("stock", "static"), ("optimus_ir", 0), ("optimus_ir", "static"),
+                         ("stock", "static"), ("optimus_ir", 1), ("optimus_ir", "static"), ("stock", 1)]
+    assert len(log) == 6 + 2 * 2 * 4
+    ours = times["optimus_ir"]
+    assert ours["ms/step"] == 3.0 and ours["ms/step by pass"] == "3.000 3.000" and ours["static ms/call"] == 0.5
+    assert ours["loop / static ms"] == 2.0 and ours["table writes/step timed"] == 0
+    assert ours["stock / this"] == ours["fastest other / this"] == pytest.approx(statistics.median([2.0, 0.8] * 2))
+    assert times["stock"]["fastest other / this"] == pytest.approx(statistics.median([0.5, 1.25] * 2))
+
+
+def test_loops_count_compiles_by_frame_and_phase():
+    """Recompiles are a frame's compiles after its first in the warm-up; a frame first compiled late is none; any
+    compile after the warm-up is counted apart."""
+    backend = loops.CountingInductor()
+    backend.compiles = [(0, False, "warm-up"), (1, False, "warm-up"), (0, True, "warm-up"), (2, True, "warm-up"),
+                        (0, True, "timed")]
+    assert backend.counts() == {"graphs": 3, "recompiles": 1, "dynamic compiles": 3, "compiles after warm-up": 1,
+                                "max compiles/frame": 3}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_loops_refuse_the_full_scale_without_cuda(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        loops.main(["--out", str(tmp_path)])
+    assert exit_info.value.code == 2 and "--scale tiny runs on the CPU" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
