@@ -1,6 +1,6 @@
 """Every compile target of the shared registry (``optimus_ir.testing.compile_targets``) compiled with symbolic
 sizes, stock and with every pass (``compile_report``; the virtual sm_90 device where there is no GPU): launches per
-call, the rules that fired, and each rejection that names a symbol.
+call, against optimus_ir's with static sizes, the rules that fired, and each rejection that names a symbol.
 
 Two ways to make sizes symbolic. ``--sizes batch`` (the default) marks the batch dimensions of the inputs dynamic
 (:func:`mark_batch_dynamic`), as Dynamo does after a loop's batch changes; ``--sizes all`` compiles with
@@ -50,6 +50,8 @@ def row_of(key: str, build: Any, sizes: str) -> dict[str, Any]:
 
     row: dict[str, Any] = {"target": key}
     try:
+        fn, inputs = build()
+        row["optimus_ir static"] = len(compile_report(fn, tuple(inputs)).launches)
         counts = []
         for passes in (None, "all"):
             fn, inputs = build()
@@ -74,12 +76,13 @@ def markdown(rows: list[dict[str, Any]], sizes: str) -> str:
     lines = [
         f"# Launches per call with symbolic sizes ({sizes}), stock → optimus_ir",
         "",
-        "| target | stock | optimus_ir | rules fired | rejections naming a symbol | error |",
-        "|---|---|---|---|---|---|",
+        "| target | stock | optimus_ir | optimus_ir, static sizes | rules fired | rejections naming a symbol | error |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['target']} | {row.get('stock', '')} | {row.get('optimus_ir', '')} | "
+            f"{row.get('optimus_ir static', '')} | "
             f"{', '.join(row.get('fired', []))} | {'; '.join(row.get('symbolic rejections', []))} | "
             f"{row.get('error', '')} |"
         )
