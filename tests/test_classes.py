@@ -324,3 +324,103 @@ def test_classes_whose_kernels_have_helper_functions_keep_each_its_own():
     # a scan adds in a tree where eager adds left to right: partial sums of 128 normal values differ by up to
     # ~1e-4 (a run with default tolerances failed on 15 of 8,192 elements, 2e-5 apart)
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-5)
+
+
+def column_reductions_of_three_bodies(a, b, c):
+    return a.sum(0), torch.tanh(b).sum(0), (c * c).amax(0)
+
+
+#: kernels of several bodies by the batch: each function, and its inputs for a batch (the rows of some a multiple)
+BATCHED = {
+    "pointwise": (eight_bodies, lambda batch: [torch.randn(batch * (1 + i % 3), 96 + 32 * i) for i in range(8)]),
+    "persistent": (
+        layer_norms_of_four_bodies,
+        lambda batch: [torch.randn(batch + 7 * i, w) for i, w in enumerate((8, 8, 32, 32, 64, 64))]
+        + [torch.randn(w) for w in (8, 8, 8, 8, 32, 32, 32, 32, 64, 64, 64, 64)],
+    ),
+    "looped": (
+        looped_reductions_of_three_bodies,
+        lambda batch: [torch.randn(batch, 2048), torch.randn(2 * batch, 4096), torch.randn(batch + 1, 3000),
+                       torch.randn(batch, 2048)],
+    ),
+}
+
+
+def _batch_dynamic(inputs):
+    """``inputs`` with their batch marked dynamic, as Dynamo's automatic dynamic shapes does after a second batch."""
+    for x in inputs:
+        if x.dim() > 1:
+            torch._dynamo.mark_dynamic(x, 0)
+    return inputs
+
+
+@pytest.mark.parametrize("kind", list(BATCHED))
+def test_kernels_of_several_bodies_with_a_dynamic_batch_are_one_kernel_whose_classes_start_per_call(kind):
+    fn, batch = BATCHED[kind]
+    assert len(compile_report(fn, batch(16), passes="horizontal").launches) == 1
+    report = compile_report(fn, _batch_dynamic(batch(16)), passes="horizontal")
+    assert len(report.launches) == 1
+    (merge,) = _class_merges(report.rewrites)
+    assert "symbolic sizes, starts per call" in merge.detail
+    (kernel,) = report.kernels
+    # where each class starts is an argument the wrapper computes from the size symbols, not a constant of the code
+    classes = len(re.findall(r"\bdef class_\d+\(", kernel.source))
+    assert classes > 1 and "'xstart_class1': 'i64'" in kernel.source
+    assert "    if xpid < xstart_class1 // XBLOCK:\n        class_0(" in kernel.source
+    assert f"    elif xpid < xnumel // XBLOCK:\n        class_{classes - 1}(" in kernel.source
+    assert not re.search(r"xpid < \d+ // XBLOCK", kernel.source)
+    (launch,) = [line for line in report.wrapper.splitlines() if ".run(" in line]
+    assert "numels=(" in report.wrapper and re.search(r"\(\(\d+ \+ \d*\*?s\d+\) // \d+\)", launch)
+
+
+@pytest.mark.parametrize("kind", [*BATCHED, "looped, rows of the batch's length"])
+def test_a_loop_over_batches_of_three_sizes_runs_one_kernel_of_several_bodies_for_the_symbolic_batch(kind):
+    """Automatic dynamic shapes: the first batch compiles static, the second recompiles with the batch a size
+    symbol, and that code serves the third. Every class's table, and where each class starts, are computed per
+    call; classes whose rows are the batch (column sums) take their row length per call."""
+    fn, batch = BATCHED.get(kind) or (
+        column_reductions_of_three_bodies, lambda b: [torch.randn(b, 64), torch.randn(b, 32), torch.randn(b, 48)]
+    )
+    compiled = torch.compile(fn)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    merges = []
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        for size in (8, 13, 21):
+            inputs = batch(size)
+            with recording() as records:
+                actual = compiled(*inputs)
+            merges.append(_class_merges(records))
+            torch.testing.assert_close(actual, fn(*inputs), atol=1e-4, rtol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
+    static, symbolic, third = merges
+    assert len(static) == 1 and len(symbolic) == 1 and not third
+    assert "classes of" in symbolic[0].detail
+    if fn is not column_reductions_of_three_bodies:  # (theirs start at their static row counts)
+        assert "symbolic sizes, starts per call" in symbolic[0].detail
+
+
+def bias_of_two_bodies(*args):
+    xs, biases = args[::2], args[1::2]
+    return [torch.tanh(x) + b if i % 2 == 0 else torch.sigmoid(x) * b for i, (x, b) in enumerate(zip(xs, biases))]
+
+
+def test_the_size_symbols_a_classs_kernel_takes_are_passed_through_the_dispatch_kernel():
+    """Every size symbolic (``dynamic=True``): a class reading a bias at ``x % width`` takes the width as Inductor's
+    ``ks0``, which the dispatch kernel takes for it and passes on."""
+
+    def inputs(rows, width):
+        return [t for r in rows for t in (torch.randn(r, width), torch.randn(width))]
+
+    report = compile_report(bias_of_two_bodies, inputs((8, 9, 10, 11), 16), passes="horizontal", dynamic=True)
+    assert len(report.launches) == 1
+    (kernel,) = report.kernels
+    assert "ks0_class0, ks0_class1, xstart_class1, xnumel, XBLOCK" in kernel.source
+    assert re.search(r"class_1\(xtable1, xtable1, xtable1, ks0_class1, xnumel, ", kernel.source)
+    compiled = torch.compile(bias_of_two_bodies, dynamic=True)
+    torch._dynamo.reset()
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows, width in (((8, 9, 10, 11), 16), ((3, 700, 5, 2), 40)):
+            args = inputs(rows, width)
+            torch.testing.assert_close(compiled(*args), bias_of_two_bodies(*args))
+    assert len(_class_merges(records)) == 1  # one compile serves other widths and row counts

@@ -55,6 +55,12 @@ class ClassesGroup(TableGroup):
         }
         self.takes_over = {output: saved for group in classes for output, saved in group.takes_over.items()}
 
+    @property
+    def symbolic(self) -> bool:
+        """Whether a class has members of symbolic sizes: where the classes after it start is known per call only
+        (:mod:`.dispatch`)."""
+        return any(s.numel_expr is not None for group in self.classes for s in group.structures)
+
     def table_groups(self) -> list[MemberTableGroup]:
         return self.classes
 
@@ -69,7 +75,8 @@ class ClassesGroup(TableGroup):
         kind = "row reduction" if self.reduction else "pointwise"
         tables = sum(not group.direct for group in self.classes)
         given = f"{tables} with a member table" if tables else "tensors as arguments"
-        return f"{kind}, classes of {min(sizes)}..{max(sizes)} members, {given}"
+        symbolic = ", symbolic sizes, starts per call" if self.symbolic else ""
+        return f"{kind}, classes of {min(sizes)}..{max(sizes)} members{symbolic}, {given}"
 
 
 def codegen_classes(backend: Any, group: ClassesGroup) -> None:
@@ -84,6 +91,7 @@ def codegen_classes(backend: Any, group: ClassesGroup) -> None:
             for c, tiled in zip(group.classes, group.tiled, strict=True)
         ],
         group.reduction, max(s.rnumel for c in group.classes for s in c.structures),
+        symbolic=group.symbolic,
     )
     by_kind: dict[str, list[tuple[MemberTableGroup, GroupKernel]]] = {}
     apart: list[tuple[MemberTableGroup, Exception]] = []

@@ -27,15 +27,34 @@ the launch's ``R0_BLOCK``, which the dispatch kernel (a ``reduction``) passes to
 its 2-d tiles takes each block as one tile, its ``YBLOCK`` and ``XBLOCK`` passed from the launch's block
 (``class_1(..., xpid - 8192 // XBLOCK, 32, XBLOCK // 32)``). A class's helper functions (a scan's combine
 function) come before the classes, renamed for their class (``_triton_helper_fn_add0_class1``).
+
+With symbolic sizes (a batch that changes: Dynamo's automatic dynamic shapes), where a class starts is known per
+call only: the wrapper computes each such start from the size symbols and passes it, as it fills each class's table
+from its members' numels; the last class ends at ``xnumel``. The size symbols a class's kernel takes (Inductor's
+``ks0``, a looped class's row length) are passed through, one parameter per class::
+
+    def KERNEL_NAME(xtable0, xtable1, ks0_class1, xstart_class1, xnumel, XBLOCK: tl.constexpr):
+        xpid = tl.program_id(0)
+        if xpid < xstart_class1 // XBLOCK:
+            class_0(xtable0, xtable0, xnumel, xpid, XBLOCK)
+        elif xpid < xnumel // XBLOCK:
+            class_1(xtable1, xtable1, xtable1, ks0_class1, xnumel, xpid - xstart_class1 // XBLOCK, XBLOCK)
+
+    # the wrapper: KERNEL_NAME.run(table0, table1, s46, 4096*((4095 + 96*s21) // 4096), <all classes' blocks>, ...)
+
+Its classes then start their members at multiples of the largest block the heuristics pick, as a member table of
+symbolic sizes does: a size hint bounds no block of a later call's sizes.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import re
 from typing import Any
 
+import sympy
 import torch
 from torch._inductor.runtime import triton_heuristics
 from torch._inductor.runtime.hints import ReductionHint
@@ -63,22 +82,26 @@ def dispatch_source(
     """The source of one kernel over the classes whose member-table kernels are ``kernels``, all of ``kind``
     (:func:`kind_of`), of sources ``sources`` (each written with its class's :class:`~.kernel.ClassPlacement`);
     ``meta``: its :func:`triton_meta` and :func:`inductor_meta`. Raises NotImplementedError where a class's kernel
-    takes an argument other than its tensors, its numel and its block size."""
+    takes an argument other than its tensors, its size symbols, its numel and its block size."""
     parts = [_with_own_helpers(source, k) for k, source in enumerate(sources)]
     imports = {imports for imports, _, _ in parts}
     if len(imports) != 1:
         raise NotImplementedError("classes whose kernels import different modules")
     helpers = "".join(helper for _, helper, _ in parts)
-    functions, calls, start = [], [], 0
+    ends = _class_ends(kernels)
+    functions, calls = [], []
     for k, (kernel, (_, _, source)) in enumerate(zip(kernels, parts)):
         definition = _class_function(source, f"class_{k}")
         functions.append(definition)
-        pid = f"{CLASS_PID} - {start} // XBLOCK" if start else CLASS_PID
+        pid = f"{CLASS_PID} - {ends[k - 1]} // XBLOCK" if k else CLASS_PID
         arguments = _call_arguments(kernel, definition, k, pid)
         keyword = "if" if k == 0 else "elif"
-        start += kernel.total
-        calls.append(f"    {keyword} {CLASS_PID} < {start} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
-    parameters = [name for k, kernel in enumerate(kernels) for name in _tensor_parameters(kernel, k)]
+        calls.append(f"    {keyword} {CLASS_PID} < {ends[k]} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
+    parameters = [
+        *(name for k, kernel in enumerate(kernels) for name in _tensor_parameters(kernel, k)),
+        *(name for k, kernel in enumerate(kernels) for name in _size_parameters(kernel, k)),
+        *_class_starts(kernels),
+    ]
     if kind == POINTWISE:
         heuristics = (
             "@triton_heuristics.pointwise(\n"
@@ -109,23 +132,29 @@ def dispatch_source(
 
 def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
     """Class 0's, for the dispatch kernel's arguments: a table (16-byte aligned, as torch allocates) per class, or a
-    ``direct`` class's tensors (aligned where Inductor takes them so), and the blocks of all classes end to end."""
+    ``direct`` class's tensors (aligned where Inductor takes them so), each class's sizes (:func:`_size_parameters`),
+    the classes' starts known per call only (:func:`_class_starts`), and the blocks of all classes end to end."""
     meta = copy.deepcopy(kernels[0].triton_meta)
-    total = sum(kernel.total for kernel in kernels)
-    tensors = {
+    total = sum(kernel.total_expr for kernel in kernels)
+    arguments = {
         name: typed
         for k, kernel in enumerate(kernels)
-        for name, typed in zip(_tensor_parameters(kernel, k), _tensor_types(kernel), strict=True)
+        for name, typed in [
+            *zip(_tensor_parameters(kernel, k), _tensor_types(kernel), strict=True),
+            *zip(_size_parameters(kernel, k), _size_types(kernel), strict=True),
+        ]
     }
+    # starts and an end known per call only: multiples of the largest block, of sizes no hint bounds (int64)
+    static = total.is_number
+    arguments.update({name: ("i64", True) for name in _class_starts(kernels)})
+    arguments["xnumel"] = ("i32" if static and total < 2**31 else "i64", not static or total % 16 == 0)
     meta["signature"] = {
-        **{name: signature_type for name, (signature_type, _) in tensors.items()},
-        "xnumel": "i32" if total < 2**31 else "i64",
+        **{name: signature_type for name, (signature_type, _) in arguments.items()},
         **({} if kind == POINTWISE else {"r0_numel": "i32"}),
         "XBLOCK": "constexpr",
         **({"R0_BLOCK": "constexpr"} if kind == LOOPED else {}),
     }
-    aligned = [i for i, (_, is_aligned) in enumerate(tensors.values()) if is_aligned]
-    aligned += [len(tensors)] if total % 16 == 0 else []
+    aligned = [i for i, (_, is_aligned) in enumerate(arguments.values()) if is_aligned]
     meta["configs"] = [{(i,): [["tt.divisibility", 16]] for i in aligned}]
     meta["constants"] = {}
     return meta
@@ -152,8 +181,9 @@ def launch(
     name: str, kernels: list[MemberTableKernel], kind: str, meta: tuple[dict[str, Any], dict[str, Any]]
 ) -> None:
     """The wrapper's lines for one call of dispatch kernel ``name``: each class's table (a ``direct`` class's
-    tensors, made tensors where they are regions of one allocation), the launch over all classes' blocks, and the
-    tables' release. ``meta``: the dispatch kernel's triton and inductor meta."""
+    tensors, made tensors where they are regions of one allocation), the launch over all classes' blocks (with the
+    classes' sizes and the starts known per call only, computed from the size symbols), and the tables' release.
+    ``meta``: the dispatch kernel's triton and inductor meta."""
     from torch._inductor.virtualized import V
 
     wrapper = V.graph.wrapper_code
@@ -172,7 +202,10 @@ def launch(
         types.append(torch.int64)
         tables.append(table)
         totals.append(total)
-    numels = [" + ".join(str(t) for t in totals)]
+    sizes = [expr for k, kernel in enumerate(kernels) for expr in _size_parameters(kernel, k).values()]
+    sizes += _class_starts(kernels).values()
+    numels = [wrapper.codegen_python_sizevar(expr) for expr in sizes]
+    numels.append(" + ".join(str(t) for t in totals))
     if kind != POINTWISE:  # (each class sets its own row length)
         numels.append(str(max(s.rnumel for kernel in kernels for s in kernel.structures)))
     wrapper.generate_kernel_call(
@@ -222,6 +255,52 @@ def _class_function(source: str, function: str) -> str:
     return f"{_JIT}{function}({', '.join(names)}):\n{body}"
 
 
+def _class_ends(kernels: list[MemberTableKernel]) -> list[str]:
+    """Where each class's blocks end among the dispatch kernel's, in elements, as its code: a number where the class
+    and those before have static sizes; else known per call only, the next class's start (:func:`_class_starts`)
+    or, for the last class, ``xnumel`` (all classes' blocks)."""
+    ends = list(itertools.accumulate(kernel.total_expr for kernel in kernels))
+    return [
+        str(end) if end.is_number else f"xstart_class{k + 1}" if k + 1 < len(ends) else "xnumel"
+        for k, end in enumerate(ends)
+    ]
+
+
+def _class_starts(kernels: list[MemberTableKernel]) -> dict[str, sympy.Expr]:
+    """The dispatch kernel's arguments for the classes' starts known per call only (a class before has symbolic
+    sizes): ``xstart_class1`` ... → the start as an expression of size symbols, which the wrapper computes."""
+    starts = itertools.accumulate(kernel.total_expr for kernel in kernels[:-1])
+    return {f"xstart_class{k + 1}": start for k, start in enumerate(starts) if not start.is_number}
+
+
+def _class_sizes(kernel: MemberTableKernel) -> dict[str, sympy.Expr]:
+    """The sizes a class's kernel takes as arguments of its own, by its parameter's name: the size symbols of its
+    indices (Inductor's ``ks0``, shared by its members: :func:`.group._check_shared_size_symbols`), and its row
+    length where that is symbolic (the classes' static ones are constants of their code)."""
+    sizes = {name: expr for expr, name in kernel.args.sizevars.items()}
+    rnumel = kernel.numels.get("r0_") if kernel.inside_reduction else None
+    if rnumel is not None and not rnumel.is_number:
+        sizes["r0_numel"] = rnumel
+    return sizes
+
+
+def _size_parameters(kernel: MemberTableKernel, k: int) -> dict[str, sympy.Expr]:
+    """The dispatch kernel's parameters for class ``k``'s :func:`_class_sizes`, each → the expression the wrapper
+    passes."""
+    return {f"{name}_class{k}": expr for name, expr in _class_sizes(kernel).items()}
+
+
+def _size_types(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
+    """The signature type of each of :func:`_size_parameters` and whether Inductor takes it as a multiple of 16."""
+    signature = kernel.triton_meta["signature"]
+    names = list(signature)
+    divisible = {
+        names[index] for indices, hints in kernel.triton_meta["configs"][0].items()
+        if ["tt.divisibility", 16] in hints for index in indices
+    }
+    return [(signature[name], name in divisible) for name in _class_sizes(kernel)]
+
+
 def _tensor_parameters(kernel: MemberTableKernel, k: int) -> list[str]:
     """The dispatch kernel's parameters for class ``k``'s tensors: its table, or a ``direct`` class's tensors."""
     if kernel.direct:
@@ -238,12 +317,14 @@ def _tensor_types(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
 
 def _call_arguments(kernel: MemberTableKernel, definition: str, k: int, pid: str) -> list[str]:
     """What the dispatch kernel passes for each argument of class ``k``'s function (``definition``): the class's
-    table for each tensor (a ``direct`` class: the tensor), the dispatch kernel's numel (the class's own is read
-    from its table or written in its code), the class's block index and the block size."""
+    table for each tensor (a ``direct`` class: the tensor), its size symbols (:func:`_size_parameters`), the
+    dispatch kernel's numel (the class's own is read from its table or written in its code), the class's block
+    index and the block size."""
     if kernel.direct:
         tensors = {argument.name: f"{argument.name}_class{k}" for argument in kernel.direct_arguments()}
     else:
         tensors = {name: f"xtable{k}" for name, _ in kernel.tensor_args_of_table()}
+    sizes = {name: f"{name}_class{k}" for name in _class_sizes(kernel)}
     signature = definition[len(_JIT):].partition("):\n")[0].partition("(")[2]
     # a class in 2-d tiles takes each block as one tile (its own numels are constants of its code)
     width = kernel.narrow_width
@@ -255,6 +336,8 @@ def _call_arguments(kernel: MemberTableKernel, definition: str, k: int, pid: str
     for name in (argument.split(":")[0].strip() for argument in signature.split(", ")):
         if name in tensors:
             arguments.append(tensors[name])
+        elif name in sizes:
+            arguments.append(sizes[name])
         elif kernel.class_tiles and name in tile:
             arguments.append(tile[name])
         elif name in ("xnumel", "r0_numel", "XBLOCK", "R0_BLOCK"):

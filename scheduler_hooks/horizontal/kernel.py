@@ -68,10 +68,15 @@ class ClassPlacement:
     size_hint_x: int
 
     @classmethod
-    def of(cls, numels: list[list[int]], reduction: bool = False, rnumel: int = 1) -> ClassPlacement:
-        """The placement of classes whose members have ``numels`` (by class): pointwise ones, or row reductions
-        whose longest row is ``rnumel`` (the kernel's size hint along the row)."""
-        align = block_alignment(max(max(n) for n in numels), reduction)
+    def of(
+        cls, numels: list[list[int]], reduction: bool = False, rnumel: int = 1, symbolic: bool = False
+    ) -> ClassPlacement:
+        """The placement of classes whose members have ``numels`` (by class; size hints where symbolic): pointwise
+        ones, or row reductions whose longest row is ``rnumel`` (the kernel's size hint along the row). Where a
+        class has ``symbolic`` sizes, the classes start at multiples of the largest block the heuristics pick, as
+        a member table of symbolic sizes does: a size hint bounds no block of a later call's sizes."""
+        largest = MAX_REDUCTION_XBLOCK if reduction else MAX_XBLOCK
+        align = largest if symbolic else block_alignment(max(max(n) for n in numels), reduction)
         total = sum(-(-n // align) * align for members in numels for n in members)
         hint = reduction_size_hint(total, align, rnumel) if reduction else pointwise_size_hint(total, align)
         return cls(align, hint)
@@ -174,6 +179,14 @@ class MemberTableKernel(TritonKernel):
         self.layout = MemberTableLayout(len(numels), self.pad_to, len(self.member_values))
         super().__init__(*args, **kwargs)  # writes the range-tree header, which asks the members' masks
         self.size_hint_x = placement.size_hint_x if placement is not None else self._size_hint_x(reduction)
+
+    @property
+    def total_expr(self) -> sympy.Expr:
+        """:attr:`total` for this call's sizes: an expression of the members' size symbols where they are symbolic
+        (each member padded to whole blocks of ``align``)."""
+        if not self.symbolic:
+            return sympy.Integer(self.total)
+        return sum(FloorDiv(s.numel_expr + self.align - 1, self.align) * self.align for s in self.structures)
 
     def _size_hint_x(self, reduction: bool) -> int:
         """The kernel's size hint along x, from which Inductor's heuristics pick its configs
@@ -484,9 +497,7 @@ class MemberTableKernel(TritonKernel):
             exprs = [s.numel_expr for s in self.structures]
             options += f", align={self.align}"
             call_options = f", numels=({''.join(wrapper.codegen_python_sizevar(e) + ', ' for e in exprs)})"
-            total = wrapper.codegen_python_sizevar(
-                sum(FloorDiv(e + self.align - 1, self.align) * self.align for e in exprs)
-            )
+            total = wrapper.codegen_python_sizevar(self.total_expr)
             numels = None
         values = [v for values in self.member_values.values() for v in values]
         if not index_math.is_static(values):  # (a jagged bag's ids count): known per call

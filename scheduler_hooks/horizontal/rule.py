@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import sympy
 from torch._inductor.scheduler import FusedMixOrderReductions
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
@@ -51,9 +52,11 @@ from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_PADDING, RULE, tile
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
 
 _NO_PLAIN_REDUCTION = "a row reduction Inductor may make cooperative or several kernels of"
-#: why members of symbolic sizes (a batch that changes) are no class: where each class's blocks start is fixed
-#: when the kernel is made, where a member table of one body takes its members' starts per call
-_SYMBOLIC_CLASSES = "symbolic sizes: the classes' blocks are placed when the kernel is made, not per call"
+#: why persistent row reductions of a symbolic row length are no class: a persistent class's block along the row
+#: is a constant of its code, and the dispatch kernel's block of rows is picked, when the kernel is made, for the
+#: longest row's size hint. Symbolic row counts are fine (the classes' blocks start per call), and so are a looped
+#: class's symbolic rows (its loop takes the length it is passed).
+_SYMBOLIC_CLASSES = "symbolic sizes: persistent rows of a length known per call only"
 
 
 class IdenticalKernelsToMemberTableKernel(SchedulerRule):
@@ -149,10 +152,11 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
     groups, and candidates left alone, that are pointwise and may run over their flat index
     (:func:`.cost.flat_run_refusal`) or else in their 2-d tiles (``TILED``, where whole tiles pad them at most
     ``MAX_PADDING`` times), or row reductions of more than one row that Inductor makes one plain kernel of
-    (:func:`.structure.row_reduction_kind`) that update nothing in place; of static sizes, that read no 0-d CPU tensor
-    (passed by value, where a class takes only its table) and no buffer their structure does not name (one read
-    through another's mutation)."""
-    units, refused = [], {}
+    (:func:`.structure.row_reduction_kind`) that update nothing in place, persistent ones over rows of a static
+    length; that read no 0-d CPU tensor (passed by value, where a class takes only its table) and no buffer their
+    structure does not name (one read through another's mutation). Sizes may be symbolic otherwise: the classes'
+    blocks start per call (:mod:`.dispatch`)."""
+    units, refused, first_of = [], {}, {}
     planned = collections.Counter(structure.key for structure in candidates.values())  # (planning said why)
     for node in nodes:
         if isinstance(node, MemberTableGroup):
@@ -195,13 +199,23 @@ def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[Cla
             continue
         # (a reduction's configs are tried by running it: a class's update in place would be applied each time)
         in_place_reduction = kind in (PERSISTENT, LOOPED) and any(s.updates_in_place for s in structures)
-        if any(s.numel_expr is not None for s in structures):
+        rows = _symbolic_row_length(node) if kind == PERSISTENT else None
+        if rows is not None:
             refused.setdefault(_SYMBOLIC_CLASSES, []).append(node.get_name())
+            first_of.setdefault(_SYMBOLIC_CLASSES, f"rows of length {rows}")
         elif not any(s.key[-1] for s in structures) and not in_place_reduction:
             units.append((node, structures, kind))
     for why, names in refused.items():
-        record(RULE, False, names, f"no class of a kernel of several bodies: {why}")
+        detail = f", e.g. {first_of[why]}" if why in first_of else ""  # which symbol
+        record(RULE, False, names, f"no class of a kernel of several bodies: {why}{detail}")
     return units
+
+
+def _symbolic_row_length(node: Any) -> sympy.Expr | None:
+    """The row length of a row-reduction node (a merged group's members') where it is symbolic, else None."""
+    member = node.members[0] if isinstance(node, MemberTableGroup) else node
+    _, (_, rnumel) = member.group
+    return None if isinstance(rnumel, (int, sympy.Integer)) else rnumel
 
 
 def _tiled_kind(tiles: dict[str, int], structures: list[Structure]) -> str | None:
