@@ -75,7 +75,8 @@ class ReadThroughFolds(WrapperHandler):
 
     Before: ``load(cat_1, 1024*q0 + q1 + 64)`` (``cat_1`` written by a tanh fold at columns 64..127).
     After: ``tanh(load(x, 1024*q0 + q1 + 64))``. The cat output is left to dead-code elimination when nothing
-    else reads it. Loads whose region is not proven (sympy bounds over the piece's loop ranges) stay loads.
+    else reads it. Loads whose region is not proven (sympy bounds over the piece's loop ranges, those of symbolic
+    sizes bounded by the shape environment's ranges of the symbols) stay loads.
     """
 
     def __init__(self, inner: Any, var_ranges: dict[sympy.Symbol, sympy.Expr]) -> None:
@@ -97,17 +98,19 @@ class ReadThroughFolds(WrapperHandler):
 
     def _read_through(self, written: tuple[Any, ...], name: str, index: sympy.Expr) -> Any:
         from torch._inductor.virtualized import V
-        from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+        from torch.utils._sympy.value_ranges import bound_sympy
 
         folds, size, stride, dim = written
+        # sizes off the cat dim may be symbols (a batch that changes), bounded by the shape environment
+        size_ranges = V.graph.sizevars.shape_env.var_to_range
         coords = [
             index_math.bounded_div_mod(
-                FloorDiv(index, st) if i == 0 else ModularIndexing(index, st, sz), self.var_ranges
+                FloorDiv(index, st) if i == 0 else ModularIndexing(index, st, sz), self.var_ranges, size_ranges
             )
             for i, (st, sz) in enumerate(zip(stride, size))
         ]
-        bounds = bound_sympy(coords[dim], {v: ValueRanges(0, int(r) - 1) for v, r in self.var_ranges.items()})
-        if bounds.lower.is_integer and bounds.upper.is_integer:
+        bounds = bound_sympy(coords[dim], index_math.loop_value_ranges(self.var_ranges, size_ranges))
+        if bounds.lower.is_Integer and bounds.upper.is_Integer:
             for fold in folds:
                 fold_index = fold.index_for(coords, int(bounds.lower), int(bounds.upper), dim)
                 if fold_index is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
 from torch.utils.checkpoint import CheckpointPolicy
 
 from optimus_ir.records import record
@@ -71,7 +72,7 @@ class _Group:
 
     split: torch.fx.Node
     x: torch.fx.Node
-    lead: tuple[int, ...]
+    lead: tuple[int | torch.SymInt, ...]  # the sizes in front of the split dim, some of them symbols where dynamic
     p: int
     w: int
     pieces: list[torch.fx.Node]
@@ -97,28 +98,38 @@ def _group_of(split: torch.fx.Node) -> _Group | str | None:
     if not pieces or any(n is None or _layer_norm_args(n) is None for n in norms):
         return None  # not a split into layer norms
     value = _value(x)
-    if not isinstance(value, torch.Tensor) or not all(isinstance(s, int) for s in value.shape):
-        return "symbolic or unknown sizes"
+    if not isinstance(value, torch.Tensor) or not value.dim():
+        return "an input of unknown or no sizes"
+    # (a symbol Dynamo specialized, as splitting a symbolic width by a number makes it, is a number; comparing a
+    # symbol would add a guard)
+    width = value.shape[-1]
+    if not is_concrete_int(width):
+        return f"the split dimension is the symbol {width}: the pieces' count is not known"
+    width = int(width)
     if value.dtype not in _DTYPES:
         return f"a {value.dtype} input"
     if dim not in (-1, value.dim() - 1):
         return f"split along dim {dim}, not the last"
     widths = set(sizes) if isinstance(sizes, (list, tuple)) else {sizes}
-    if len(widths) != 1 or not isinstance(w := next(iter(widths)), int) or value.shape[-1] % w:
-        return f"pieces of widths {sorted(widths)}, not one width dividing {value.shape[-1]}"
-    p = value.shape[-1] // w
+    if len(widths) != 1 or not isinstance(w := next(iter(widths)), int) or width % w:
+        return f"pieces of widths {sorted(widths)}, not one width dividing {width}"
+    p = width // w
     if [n.args[1] for n in pieces if n.target is operator.getitem] != list(range(p)):
         return "not every piece read on its own"
     training = any(getattr(_value(n), "requires_grad", True) for n in norms)
     if training and torch.are_deterministic_algorithms_enabled():
         return "a training graph under deterministic algorithms: the grouped weights' gradients are atomic adds"
     args = [_layer_norm_args(n) for n in norms]
+    symbolic_eps = next((a[4] for a in args if not isinstance(a[4], (int, float))), None)
+    if symbolic_eps is not None:
+        return f"eps {symbolic_eps} is a symbol (a float Dynamo traced as a value of the graph), not one number"
     if len({a[4] for a in args}) != 1 or any(not isinstance(a[1], (list, tuple)) or list(a[1]) != [w] for a in args):
         return "the pieces' layer norms differ in eps or normalize other than a piece's row"
     weights, biases = [a[2] for a in args], [a[3] for a in args]
     for t in (*weights, *biases):
         v = _value(t)
-        if not isinstance(v, torch.Tensor) or tuple(v.shape) != (w,) or v.dtype != value.dtype:
+        if (not isinstance(v, torch.Tensor) or v.dim() != 1 or not is_concrete_int(v.shape[0])
+                or int(v.shape[0]) != w or v.dtype != value.dtype):
             return "a piece's layer norm without its own weight and bias of the piece's width and dtype"
     elementwise = [_only_user(n) for n in norms]
     cat = _only_user(elementwise[0]) if elementwise[0] is not None else None
@@ -143,8 +154,9 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
     call = graph.call_function
     compute = torch.float32
     with graph.inserting_before(g.norms[0]):
-        # (the split's input as it is now: an earlier group's rewrite may have replaced it)
-        rows = call(torch.reshape, (g.split.args[0], (*g.lead, g.p, g.w)))
+        # (the split's input as it is now: an earlier group's rewrite may have replaced it). Views that name no
+        # size in front of the split dim: those may be symbols, which only the graph's own nodes may hold
+        rows = call(torch.Tensor.unflatten, (g.split.args[0], -1, (g.p, g.w)))
         if g.dtype != compute:
             rows = call(torch.Tensor.to, (rows, compute))
         normed = call(F.layer_norm, (rows, (g.w,), None, None, g.eps))
@@ -152,7 +164,7 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
             normed.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
             arange = call(torch.arange, (g.p * g.w,), {"device": _value(g.x).device})
             grid = call(torch.reshape, (arange, (g.p, g.w)))
-            index = call(torch.Tensor.expand, (grid, (*g.lead, g.p, g.w)))
+            index = call(torch.Tensor.expand_as, (grid, rows))
             for node in (arange, grid, index):
                 node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         params = []
@@ -170,7 +182,7 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
     if g.cat is not None:
         with graph.inserting_before(g.cat):
             activated = call(g.elementwise[0].target, (out,))
-            joined = call(torch.reshape, (activated, (*g.lead, g.p * g.w)))
+            joined = call(torch.flatten, (activated, -2))
         if g.training:
             activated.meta["recompute"] = CheckpointPolicy.MUST_SAVE if read_later else CheckpointPolicy.MUST_RECOMPUTE
         joined.meta.update(g.cat.meta)
@@ -187,9 +199,9 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
 
 class PieceLayerNormsToOneLayerNorm(GraphRule):
     """``x.split(w, -1)`` into ``p`` pieces, each read by ``F.layer_norm(piece, (w,), weight_i, bias_i, eps)``
-    alone → one layer norm over ``x.reshape(..., p, w)``, times the weights and plus the biases concatenated into
+    alone → one layer norm over ``x.unflatten(-1, (p, w))``, times the weights and plus the biases concatenated into
     ``[p, w]``; where every piece's norm is read by the same elementwise op, read by one cat along the last dim in
-    the pieces' order, that op once and a reshape back in place of the cat; otherwise each piece's norm a
+    the pieces' order, that op once and a ``flatten`` back in place of the cat; otherwise each piece's norm a
     ``select`` of the group's.
 
     Before (Dynamo's graph, one layer of three pieces of 32)::
@@ -201,21 +213,23 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
 
     After::
 
-        normed = F.layer_norm(torch.reshape(x, (256, 3, 32)), (32,), None, None, 1e-05)
+        rows = x.unflatten(-1, (3, 32))
+        normed = F.layer_norm(rows, (32,), None, None, 1e-05)
         y = normed * torch.cat([w0, w1, w2]).reshape(3, 32) + torch.cat([b0, b1, b2]).reshape(3, 32)
-        cat = torch.reshape(torch.tanh(y), (256, 96))
+        cat = torch.flatten(torch.tanh(y), -2)
 
     In a training graph (the module's docstring says why)::
 
-        index = torch.arange(96).reshape(3, 32).expand(256, 3, 32)   # tagged MUST_RECOMPUTE
-        normed = F.layer_norm(...)                                    # tagged MUST_RECOMPUTE
+        index = torch.arange(96).reshape(3, 32).expand_as(rows)   # tagged MUST_RECOMPUTE
+        normed = F.layer_norm(rows, ...)                           # tagged MUST_RECOMPUTE
         y = normed * torch.cat([w0, w1, w2])[index] + torch.cat([b0, b1, b2])[index]
-        cat = torch.reshape(torch.tanh(y), (256, 96))                 # tanh tagged MUST_SAVE where a later layer
-                                                                      # reads it, else MUST_RECOMPUTE
+        cat = torch.flatten(torch.tanh(y), -2)                     # tanh tagged MUST_SAVE where a later layer
+                                                                   # reads it, else MUST_RECOMPUTE
 
     Each row of 32 is normalized as its piece was; bf16 and fp16 are normalized in fp32 and rounded after the bias,
-    where each piece's layer norm rounds its output. Static sizes, pieces of one width (a view of ``x``), each with a
-    weight and a bias of its own; in training, not under deterministic algorithms, nor in a graph with an op of side
+    where each piece's layer norm rounds its output. A split dim of a static size (the sizes in front of it may be
+    symbols: the rewrite names none of them), pieces of one width (a view of ``x``), each with a weight and a bias
+    of its own; in training, not under deterministic algorithms, nor in a graph with an op of side
     effects (AOTAutograd applies no recompute tags there).
     """
 

@@ -76,13 +76,16 @@ def _check_consumers(fx_cat: Any) -> None:
                              "writes it once and fuses that consumer with it")
 
 
-def _check_inputs(inputs: Sequence[Any]) -> None:
+def _check_inputs(inputs: Sequence[Any], dim: int) -> None:
+    """Reject pieces on several devices, or of symbolic sizes along the cat: the folds prove the pieces' offsets
+    constant steps, so other dimensions may be symbols (a batch that changes), not the one the pieces tile."""
     devices = {str(x.get_device()) for x in inputs}
     if len(devices) != 1:
         raise Reject(f"inputs on several devices {sorted(devices)}")
     for x in inputs:
-        if not index_math.is_static(x.get_size()):
-            raise Reject(f"symbolic sizes {list(x.get_size())}: not proven, stock lowering")
+        if not index_math.is_static([x.get_size()[dim]]):
+            raise Reject(f"a piece of symbolic size {x.get_size()[dim]} along the cat (dim {dim}): its offsets are "
+                         "not proven, stock lowering")
 
 
 def _computed_by_own_kernel(x: Any, dtype: torch.dtype) -> bool:
@@ -126,6 +129,8 @@ class SplitCatToPointwise(LoweringRule):
     in ``GraphState.piece_groups``: the scheduler puts it in one kernel that dispatches per progression at block level,
     so code size grows with the number of distinct bodies, not pieces. With few pieces
     (``config.max_pointwise_cat_inputs``) stock Inductor's pointwise cat, fused into the consumers, is kept instead.
+    The pieces' sizes along the cat must be numbers (their offsets are folded into the index); the other sizes may
+    be symbols (a batch that changes), which the folds carry as they are.
     An input that is already a buffer of its own kernel (a matmul, a reduction) is made to write straight into its
     region, as stock does; the other pieces are folded around it. A later cat's pieces read this cat through its
     folds only when nothing else loads it (:func:`reader_besides_cats`): otherwise it is written anyway, and
@@ -146,7 +151,7 @@ class SplitCatToPointwise(LoweringRule):
             raise Reject("fewer than two inputs")
         dim = dim % len(inputs[0].get_size()) if inputs[0].get_size() else 0
         _check_consumers(V.graph.current_node)
-        _check_inputs(inputs)
+        _check_inputs(inputs, dim)
         dtype = get_promoted_dtype(*inputs, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
         inputs = _nonempty(inputs, dim)
         if len(inputs) < 2:
@@ -236,7 +241,9 @@ class CatConsumerIntoPieces(LoweringRule):
             raise Reject(f"the cat {fx_cat.name} has other readers: it is written anyway")
         folds, size, stride, dim = written[_folded_cat_name(cat)]
         value = fx_node.meta.get("val")
-        if not isinstance(value, torch.Tensor) or list(value.shape) != [int(n) for n in size]:
+        if not isinstance(value, torch.Tensor) or not V.graph.sizevars.statically_known_list_equals(
+            ir.convert_shape_to_inductor(value.shape), size
+        ):
             raise Reject("the result does not have the cat's shape")
         if value.dtype != cat.get_dtype():
             raise Reject(f"{cat.get_dtype()} → {value.dtype}: a conversion")

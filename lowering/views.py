@@ -11,7 +11,9 @@
 A view is only correct where nobody can tell it from a copy. The rules refuse (with the reason in the dump) when
 the result would reach a graph output (it would alias a graph input or another buffer, where the op promises a
 fresh tensor) and when the graph mutates the viewed buffer; sizes and offsets must be proven equal in sympy
-(:mod:`optimus_ir.index_math`), so symbolic shapes fall back where the proof fails.
+(:mod:`optimus_ir.index_math`, Inductor's ``statically_known_*``), so symbolic shapes fall back where the proof
+fails. Sizes off the cat dim that are symbols (a batch that changes) stay symbols in the views and prove as
+numbers do.
 """
 
 from __future__ import annotations

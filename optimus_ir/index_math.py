@@ -10,6 +10,7 @@ which a rule falls back to stock Inductor:
 - :func:`fold_pieces`: one expression over the whole run of pieces, from the first piece's and the step.
 - :func:`join_div_mod`: ``c*FloorDiv(x, c) + ModularIndexing(x, 1, c)`` is ``x``.
 - :func:`bounded_div_mod`: ``FloorDiv``/``ModularIndexing`` whose argument's proven range fits one quotient.
+- :func:`loop_value_ranges`: the value ranges of loop variables, their sizes numbers or size symbols.
 - :func:`tile_strided`: do strided views of one storage lie side by side along a dimension, and as which view?
 - :func:`piece_containing`: which piece of a cat contains a slice ``[lo, hi)`` of it?
 - :func:`split_constant`: an index as ``rest + c`` (``c`` an integer): members that differ only in ``c`` share code.
@@ -27,6 +28,7 @@ indices); nothing here needs a graph, so it is unit tested alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import functools
 
@@ -42,6 +44,7 @@ __all__ = [
     "flatten_loops",
     "fold_pieces",
     "is_static",
+    "loop_value_ranges",
     "join_div_mod",
     "piece_containing",
     "piece_starts",
@@ -144,39 +147,120 @@ def join_div_mod(expr: sympy.Expr) -> sympy.Expr:
     return sympy.Add(*(coeff * term for term, coeff in terms.items()))
 
 
-def bounded_div_mod(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, sympy.Expr | int]) -> sympy.Expr:
+def loop_value_ranges(
+    ranges: Mapping[sympy.Symbol, sympy.Expr | int], size_ranges: Mapping[sympy.Symbol, Any] | None = None
+) -> dict[sympy.Symbol, Any]:
+    """The ``ValueRanges`` of each loop variable of ``ranges`` (``[0, size - 1]``), with those of the size symbols
+    (``size_ranges``: a shape environment's ``var_to_range``). A symbolic size bounds its variable by the largest
+    value that ``size_ranges`` allow the size (a symbol they do not name: any positive integer).
+
+    >>> from sympy import Symbol
+    >>> from torch.utils._sympy.value_ranges import ValueRanges
+    >>> q, r, s = Symbol("q"), Symbol("r"), Symbol("s", integer=True, positive=True)
+    >>> loop_value_ranges({q: 4, r: 2 * s}, {s: ValueRanges(2, 8)})[r]
+    VR[0, 15]
+    """
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    value_ranges = dict(size_ranges or {})
+    for var, size in ranges.items():
+        last = sympy.sympify(size) - 1
+        if not last.is_number:
+            last = bound_sympy(last, value_ranges).upper
+        value_ranges[var] = ValueRanges(0, last)
+    return value_ranges
+
+
+def bounded_div_mod(
+    expr: sympy.Expr,
+    ranges: Mapping[sympy.Symbol, sympy.Expr | int],
+    size_ranges: Mapping[sympy.Symbol, Any] | None = None,
+) -> sympy.Expr:
     """Remove ``FloorDiv(a, d)`` (→ its one possible value) and ``ModularIndexing(a, d, m)`` (→ ``a // d`` minus a
     constant) where the range of ``a`` over the loop ``ranges`` (each variable in ``[0, size)``) proves the
     quotient constant, resp. inside one period.
+
+    Sizes, divisors and moduli may be size symbols (dynamic shapes), bounded by ``size_ranges``
+    (:func:`loop_value_ranges`). Where the range of ``a`` is then not a range of numbers, ``a`` is split into the
+    multiples of ``d`` (terms whose quotient sympy proves an integer) and a rest that sympy proves in ``[0, d)``
+    from the variables' symbolic sizes (``q1 < s1``): ``FloorDiv(s1*q0 + q1, s1)`` is ``q0`` and
+    ``ModularIndexing(s1*q0 + q1, 1, s1)`` is ``q1``. Otherwise the expression stays.
 
     >>> from sympy import Symbol
     >>> q = Symbol("q", integer=True, nonnegative=True)
     >>> bounded_div_mod(FloorDiv(q + 4, 40) + ModularIndexing(q + 4, 1, 40), {q: 4})
     q + 4
+    >>> b, s = Symbol("b", integer=True, nonnegative=True), Symbol("s", integer=True, positive=True)
+    >>> bounded_div_mod(FloorDiv(s*b + q + 4, s) + ModularIndexing(s*b + q + 4, 1, s), {b: 8, q: s - 4})
+    b + q + 4
     """
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+    from torch.utils._sympy.value_ranges import bound_sympy
 
-    value_ranges = {v: ValueRanges(0, sympy.sympify(size) - 1) for v, size in ranges.items()}
+    value_ranges = loop_value_ranges(ranges, size_ranges)
+    symbolic = bool(expr.free_symbols - set(ranges)) or not is_static(ranges.values())
 
     def bounds(e: sympy.Expr) -> tuple[int, int] | None:
         r = bound_sympy(e, value_ranges)
-        return (int(r.lower), int(r.upper)) if r.lower.is_integer and r.upper.is_integer else None
+        return (int(r.lower), int(r.upper)) if r.lower.is_Integer and r.upper.is_Integer else None
 
     def floor_div(base: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr | None:
         b = bounds(base)
-        if b is None or not divisor.is_integer or not divisor.is_positive:
+        if b is None or not divisor.is_Integer or not divisor.is_positive:
             return None
         low, high = b[0] // int(divisor), b[1] // int(divisor)
         return sympy.Integer(low) if low == high else None
 
+    def proven_nonnegative(e: sympy.Expr) -> bool:
+        return bool(bound_sympy(sympy.expand(e), value_ranges).lower >= 0)
+
+    def affine_upper(e: sympy.Expr) -> sympy.Expr | None:
+        """The largest value of ``e``, affine in the loop variables with coefficients proven non-negative."""
+        upper = []
+        for term in sympy.Add.make_args(e):
+            loop_vars = term.free_symbols & set(ranges)
+            if not loop_vars:
+                upper.append(term)
+                continue
+            if len(loop_vars) > 1:
+                return None
+            (var,) = loop_vars
+            coeff = sympy.cancel(term / var)
+            if var in coeff.free_symbols or not proven_nonnegative(coeff):
+                return None
+            upper.append(coeff * (sympy.sympify(ranges[var]) - 1))
+        return sympy.Add(*upper)
+
+    def split(base: sympy.Expr, divisor: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+        """``(q, r)`` with ``base == q*divisor + r`` and ``0 <= r < divisor`` proven, or None."""
+        quotient, rest = [], []
+        for term in sympy.Add.make_args(sympy.expand(base)):
+            numerator, denominator = sympy.fraction(sympy.cancel(term / divisor))
+            if denominator == 1 and numerator.is_integer:
+                quotient.append(numerator)
+            else:
+                rest.append(term)
+        r = sympy.Add(*rest)
+        upper = affine_upper(r)
+        if upper is None or not proven_nonnegative(r) or not proven_nonnegative(divisor - 1 - upper):
+            return None
+        return sympy.Add(*quotient), r
+
     def rewrite(e: sympy.Expr) -> sympy.Expr:
         if isinstance(e, FloorDiv):
             value = floor_div(*e.args)
+            if value is None and symbolic:
+                value = next(iter(split(*e.args) or ()), None)
             return e if value is None else value
         base, divisor, modulus = e.args
         quotient = base if divisor == 1 else FloorDiv(base, divisor)
         periods = floor_div(quotient, modulus)
-        return e if periods is None else quotient - periods * modulus
+        if periods is not None:
+            return quotient - periods * modulus
+        if symbolic:
+            parts = split(quotient.replace(lambda x: isinstance(x, FloorDiv), rewrite), modulus)
+            if parts is not None:
+                return parts[1]
+        return e
 
     return expr.replace(lambda e: isinstance(e, (FloorDiv, ModularIndexing)), rewrite)
 

@@ -4,6 +4,7 @@ among them), the graph put back when it fails, and the numerics against eager th
 
 import contextlib
 import copy
+import re
 from unittest import mock
 
 import pytest
@@ -126,6 +127,57 @@ def test_bf16_training_gradients_are_as_close_to_fp64_as_stocks_in_the_interpret
     stock, _ = errors(None)
     assert len(fired) == 3
     assert max(ours) <= 1.1 * max(stock)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_a_symbolic_batch_is_as_few_kernels_as_static(grad):
+    """The rows a symbol (Dynamo's automatic dynamic shapes, after a loop's batch changed), the pieces' width a
+    number: the same layer norms over views that name no row count, the same kernels as for a static batch."""
+    static = compile_report(*_seed(grad=grad), passes="all")
+    model, (x,) = _seed(grad=grad)
+    torch._dynamo.mark_dynamic(x, 0)
+    report = compile_report(model, (x,), passes="all")
+    fired = [r for r in report.rewrites if r.rule == RULE and r.fired]
+    assert len(fired) == 4 and re.search(r"\[s\d+, 16, 32\]", fired[0].detail), fired
+    launches = [len(g.launches) for g in report.graphs]
+    assert launches == [len(g.launches) for g in static.graphs] == ([2, 3] if grad else [2])
+    assert all(re.search(r"\(s\d+, 512\)", g.wrapper) for g in report.graphs)  # buffers of a symbolic batch
+
+
+def test_every_size_symbolic_fires_where_dynamo_made_the_split_width_a_number():
+    """``dynamic=True``: splitting the symbolic width by 32 makes Dynamo specialize it (a symbol of one value, a
+    number); the rows stay a symbol. (Dynamo's first trace makes eps a value of the graph: rejected, naming it.)"""
+    report = compile_report(*_seed(), passes="all", dynamic=True)
+    decisions = [r for r in report.rewrites if r.rule == RULE]
+    fired = [r for r in decisions if r.fired]
+    assert len(fired) == 4 and re.search(r"\[s\d+, 16, 32\]", fired[0].detail), decisions
+    assert all("eps" in r.detail and "is a symbol" in r.detail for r in decisions if not r.fired), decisions
+    assert len(report.launches) == 2
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_batches_of_three_sizes_are_eagers_in_the_interpreter(grad):
+    """As a loop compiles it: static for the first batch, the rows a symbol for the second, that code for the third;
+    the output and every gradient eager's, each layer one layer norm in the symbolic compile."""
+    model, _ = _seed(6, 3, grad=grad)
+    compiled = torch.compile(model)
+    torch._dynamo.utils.counters.clear()
+    with cpu_triton_interpreter(), optimus_ir.enabled("splitcat"):
+        for i, rows in enumerate((40, 27, 13)):
+            x = torch.randn(rows, 6 * 32, requires_grad=grad)
+            upstream = torch.randn(rows, 6 * 32)
+            with recording() as records:
+                actual = compiled(x)
+                if grad:
+                    actual_grads = torch.autograd.grad(actual, [x, *model.parameters()], upstream)
+            if i == 1:
+                assert len([r for r in records if r.rule == RULE and r.fired]) == 3, records
+            expected = model(x)
+            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+            if grad:
+                expected_grads = torch.autograd.grad(expected, [x, *model.parameters()], upstream)
+                torch.testing.assert_close(actual_grads, expected_grads, atol=1e-4, rtol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
 
 
 class NormsReadOnTheirOwn(nn.Module):

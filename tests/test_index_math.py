@@ -90,6 +90,39 @@ def test_bounded_div_mod_removes_what_the_ranges_prove():
     assert index_math.bounded_div_mod(ModularIndexing(q1 + 40, 4, 8), {q1: 4}) == FloorDiv(q1 + 40, 4) - 8
 
 
+def test_bounded_div_mod_with_a_symbolic_batch_bounds_the_other_variables():
+    """The batch variable's range is unbounded (its size a symbol); the columns' proof needs only the others'."""
+    q0, q1 = p0, p1
+    ranges = {q0: s0, q1: 64}
+    assert index_math.bounded_div_mod(FloorDiv(1024 * q0 + q1 + 64, 1024), ranges) == q0
+    assert index_math.bounded_div_mod(ModularIndexing(1024 * q0 + q1 + 64, 1, 1024), ranges) == q1 + 64
+    straddles = ModularIndexing(1024 * q0 + q1 + 992, 1, 1024)  # columns 992..1055: two periods
+    assert index_math.bounded_div_mod(straddles, ranges) == straddles
+
+
+def test_bounded_div_mod_with_symbolic_divisors_proves_from_the_symbolic_sizes():
+    s1 = sympy.Symbol("s1", integer=True, positive=True)
+    q0, q1, q2 = p0, p1, o0
+    # [s0, 64, s1] pieces of a [s0, 1024, s1] cat at column 64: dims 0 and 2 come back whatever the symbols
+    index = 1024 * s1 * q0 + s1 * q1 + q2 + 64 * s1
+    ranges = {q0: s0, q1: 64, q2: s1}
+    assert index_math.bounded_div_mod(FloorDiv(index, 1024 * s1), ranges) == q0
+    assert index_math.bounded_div_mod(ModularIndexing(index, s1, 1024), ranges) == q1 + 64
+    assert index_math.bounded_div_mod(ModularIndexing(index, 1, s1), ranges) == q2
+    # q2 + 1 reaches s1: not proven inside one period, so it stays
+    assert index_math.bounded_div_mod(FloorDiv(s1 * q0 + q2 + 1, s1), ranges) == FloorDiv(s1 * q0 + q2 + 1, s1)
+    assert index_math.bounded_div_mod(ModularIndexing(q2 + 1, 1, s1), ranges) == ModularIndexing(q2 + 1, 1, s1)
+
+
+def test_loop_value_ranges_bound_symbolic_sizes_by_the_shape_environments_ranges():
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    ranges = index_math.loop_value_ranges({p0: 8, p1: s0}, {s0: ValueRanges(2, 100)})
+    assert (ranges[p0], ranges[p1], ranges[s0]) == (ValueRanges(0, 7), ValueRanges(0, 99), ValueRanges(2, 100))
+    assert index_math.loop_value_ranges({p1: 2 * s0})[p1] == ValueRanges(0, int_oo)
+
+
 # ----------------------------------------------------------------------------------------------- tile_strided
 
 

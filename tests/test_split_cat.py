@@ -1,5 +1,9 @@
 """SplitCatToPointwise / PieceGroupToComboKernel beyond the golden cases: where they must not fire, how they fall
-back, and odd inputs (mixed dtypes, empty pieces, mutation, dynamic shapes) that must stay correct."""
+back, odd inputs (mixed dtypes, empty pieces, mutation, dynamic shapes) that must stay correct, and a batch that
+changes (a symbol, as Dynamo compiles a loop's second shape): as few kernels as a static batch, eager's numbers."""
+
+import re
+from collections import Counter
 
 import pytest
 import torch
@@ -128,12 +132,13 @@ def test_input_mutated_after_split():
     torch.testing.assert_close(x, expected_x)
 
 
-def test_dynamic_shapes_fall_back_with_a_reason():
+def test_symbolic_widths_along_the_cat_fall_back_naming_the_symbol():
     def fn(x):
         return torch.cat([torch.relu(p) for p in reversed(x.split(4, dim=1))], dim=1)
 
+    # every size a symbol: the last piece is s1 - 12 wide (Dynamo specializes the count of pieces only)
     decisions = _check_in_interpreter(fn, torch.randn(6, 16), fired=False, dynamic=True)
-    assert "symbolic sizes" in decisions[0].detail
+    assert "a piece of symbolic size s" in decisions[0].detail and "along the cat (dim 1)" in decisions[0].detail
 
 
 def test_records_name_rule_and_nodes():
@@ -246,7 +251,6 @@ def test_heavy_piece_group_gets_a_block_of_one_element_per_thread_and_right_resu
 
 
 def test_piece_groups_heavier_than_a_kernel_are_cut_in_order_into_parts_of_equal_weight():
-    from collections import Counter
     from types import SimpleNamespace
 
     from optimus_ir.scheduler_hooks import piece_groups
@@ -435,3 +439,77 @@ def test_cat_consumer_keeps_the_operand_order(cat_first):
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(fn)(*inputs)
     torch.testing.assert_close(actual, fn(*inputs), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ a batch that changes
+
+
+_CHAIN_RULES = {"SplitCatToPointwise", "CatConsumerIntoPieces", "DeadFoldedCatElimination", "PieceGroupToComboKernel"}
+
+
+def _internal_errors(records):
+    return [r for r in records if "internal error" in r.detail]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_chain_with_a_symbolic_batch_is_as_few_kernels_as_static(grad):
+    """The batch a symbol (Dynamo's automatic dynamic shapes, after a loop's batch changed), the widths numbers: the
+    pieces' offsets along the cat are the static compile's, and reading a layer through the one before proves its
+    columns from the symbol's range. The same rules fire and the same kernels launch as for a static batch."""
+    fn = lambda x: _layers(x, 4)  # noqa: E731
+    static = compile_report(fn, (torch.randn(64, 72, requires_grad=grad),))
+    x = torch.randn(64, 72, requires_grad=grad)
+    torch._dynamo.mark_dynamic(x, 0)
+    report = compile_report(fn, (x,))
+    assert not _internal_errors(report.rewrites), _internal_errors(report.rewrites)
+    fired = Counter(r.rule for r in report.rewrites if r.fired and r.rule in _CHAIN_RULES)
+    assert fired == Counter(r.rule for r in static.rewrites if r.fired and r.rule in _CHAIN_RULES), fired
+    assert set(fired) >= (_CHAIN_RULES if not grad else {"SplitCatToPointwise", "PieceGroupToComboKernel"}), fired
+    assert {g.name: len(g.launches) for g in report.graphs} == {g.name: len(g.launches) for g in static.graphs}
+    assert len(report.launches) == (5 if grad else 1)
+    assert all(re.search(r"\(s\d+, 72\)", g.wrapper) for g in report.graphs)  # buffers of a symbolic batch
+
+
+def _loop(fn, batches, grad=False, rtol=1.3e-6, atol=1e-5):
+    """``fn`` compiled as a training loop compiles it: static for the first batch, with the batch a symbol for the
+    second (automatic dynamic shapes), and that code for the third; each result (and with ``grad`` each input's
+    gradient) eager's. Returns the decisions of the symbolic compile."""
+    compiled = torch.compile(fn)
+    torch._dynamo.utils.counters.clear()
+    symbolic = []
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        for i, inputs in enumerate(batches):
+            leaves = [x.detach().requires_grad_(grad) for x in inputs]
+            with recording() as records:
+                actual = compiled(*leaves)
+                if grad:
+                    upstream = torch.randn_like(actual)
+                    actual_grads = torch.autograd.grad(actual, leaves, upstream)
+            if i == 1:
+                symbolic = records
+            eager = [x.detach().requires_grad_(grad) for x in inputs]
+            expected = fn(*eager)
+            torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+            if grad:
+                torch.testing.assert_close(actual_grads, torch.autograd.grad(expected, eager, upstream),
+                                           rtol=rtol, atol=atol)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
+    assert not _internal_errors(symbolic), _internal_errors(symbolic)
+    return symbolic
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+def test_chain_over_batches_of_three_sizes_is_eagers(grad):
+    symbolic = _loop(lambda x: _layers(x, 3), [(torch.randn(rows, 72),) for rows in (16, 11, 6)], grad=grad,
+                     rtol=1e-4, atol=1e-5)
+    fired = {r.rule for r in symbolic if r.fired}
+    assert fired >= (_CHAIN_RULES if not grad else {"SplitCatToPointwise", "PieceGroupToComboKernel"}), fired
+
+
+def test_cat_consumer_over_batches_of_three_sizes_is_eagers():
+    def fn(x, s):
+        return torch.rsqrt(_split_ops_cat(x).abs() + s)
+
+    s = torch.rand(128) + 0.5
+    symbolic = _loop(fn, [(torch.randn(rows, 128), s) for rows in (32, 20, 9)])
+    assert any(r.fired for r in symbolic if r.rule == "CatConsumerIntoPieces")

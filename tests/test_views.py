@@ -1,6 +1,8 @@
 """The view rules (lowering/views.py) beyond the golden cases: where they fire, where they must not (overlapping,
-interleaved, several buffers, out of order, straddling, graph outputs, mutation, unprovable dynamic shapes), their
-fallback on internal errors, and numerics against eager through Triton's interpreter."""
+interleaved, several buffers, out of order, straddling, graph outputs, mutation, unprovable dynamic shapes), a batch
+that changes, their fallback on internal errors, and numerics against eager through Triton's interpreter."""
+
+import re
 
 import pytest
 import torch
@@ -203,6 +205,50 @@ def test_dynamic_shapes_not_proven_fall_back_with_the_reason():
         records, _ = _run(fn, torch.randn(8, 16), torch.randn(8, 5), torch.randn(8, 5), dynamic=True)
     decision = _one(records, VIEW)
     assert not decision.fired and "do not provably lie side by side" in decision.detail
+
+
+def _views_of_a_batch(x, w, a, b):
+    """Each view rule once: slices that tile a range, a slice, a split and a split by sizes of a cat."""
+    t = torch.cat([a, b], dim=1)
+    tiled = torch.cat(x.split(16, dim=1)[2:6], dim=1) @ w
+    return tiled, t[:, 20:28] * 2, [p.relu() for p in t.split(8, dim=1)], [p * 3 for p in t.split([4, 4, 8, 16], dim=1)]
+
+
+def _batch_of(rows):
+    return torch.randn(rows, 128), torch.randn(64, 8), torch.randn(rows, 16), torch.randn(rows, 16)
+
+
+_VIEW_RULES = {VIEW, SLICE, SPLIT, SPLIT_SIZES}
+
+
+def test_a_symbolic_batch_views_as_static():
+    """The rows a symbol (Dynamo's automatic dynamic shapes, after a loop's batch changed): the offsets and widths
+    along the cat are numbers, the rows stay a symbol in the views' sizes; the same views, the same kernels."""
+    static = compile_report(_views_of_a_batch, _batch_of(8))
+    inputs = _batch_of(8)
+    for i in (0, 2, 3):
+        torch._dynamo.mark_dynamic(inputs[i], 0)
+    report = compile_report(_views_of_a_batch, inputs)
+    fired = [r for r in report.rewrites if r.rule in _VIEW_RULES and r.fired]
+    assert {r.rule for r in fired} == _VIEW_RULES, report.rewrites
+    assert re.search(r"size \[s\d+, 64\], stride \[128, 1\], offset 32", _one(fired, VIEW).detail)
+    assert report.launches == static.launches
+
+
+def test_batches_of_three_sizes_are_eagers_in_the_interpreter():
+    """As a loop compiles it: static for the first batch, the rows a symbol for the second, that code for the third;
+    every view rule fires in the symbolic compile and every result is eager's."""
+    compiled = torch.compile(_views_of_a_batch)
+    torch._dynamo.utils.counters.clear()
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        for i, rows in enumerate((8, 13, 5)):
+            inputs = _batch_of(rows)
+            with recording() as records:
+                actual = compiled(*inputs)
+            if i == 1:
+                assert {r.rule for r in records if r.fired} >= _VIEW_RULES, records
+            torch.testing.assert_close(actual, _views_of_a_batch(*inputs), atol=1e-4, rtol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
 
 
 def test_internal_error_falls_back_and_is_reported(monkeypatch):
