@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,17 @@ def test_cli_report_on_a_user_function(tmp_path):
         "=> 64 → 1 kernel launches per call; fired: SplitCatToPointwise"
     ]
     assert json.loads((tmp_path / "graph_0" / "summary.json").read_text())["launches"] == {"stock": 64, "optimus_ir": 1}
+
+
+def test_cli_report_with_every_size_symbolic_names_the_symbol_a_rule_cannot_take():
+    # (the width as a symbol: the split's last piece is what is left of it, of a symbolic width along the cat)
+    out = _cli(
+        "report", "optimus_ir.testing.golden_splitcat:split64_relu_cat_reversed", "--inputs", "torch.randn(64, 4096)",
+        "--dynamic", "--counts-only",
+    )
+    assert re.search(r"rejected SplitCatToPointwise on cat: a piece of symbolic size s\d+ - 4032 along the cat", out)
+    assert "=> 64 → 1 kernel launches per call" in out  # the horizontal pass merges the pieces' kernels instead
+    assert "symbolic sizes, starts per call" in out
 
 
 def test_cli_demo_counts():
