@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -17,6 +20,17 @@ from optimus_ir.testing.measure import (  # noqa: F401  (the tests import them f
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 MERGE_RULE = "IdenticalKernelsToMemberTableKernel"
+
+
+@contextlib.contextmanager
+def fresh_compile() -> Iterator[None]:
+    """Compiled from scratch inside (Dynamo reset, fresh caches), in the settings the mode gives."""
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=False):
+        yield
+    torch._dynamo.reset()
 
 
 def merges(records: list) -> int:

@@ -6,8 +6,7 @@ symbolic graph: jagged embedding bags (every table's id count and the batch chan
 last batch is partial.
 """
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from torch import nn
 import optimus_ir
 from optimus_ir.records import recording
 from optimus_ir.testing.workloads import WORKLOADS, output_loss
-from tests.gpu.helpers import CUDA, max_rel_error
+from tests.gpu.helpers import CUDA, fresh_compile, max_rel_error
 
 pytestmark = CUDA
 
@@ -59,34 +58,26 @@ def _jagged_batches() -> tuple[nn.Module, list[tuple[list[torch.Tensor], list[to
 CASES: dict[str, Callable[[], tuple[nn.Module, list]]] = {"jagged-tables": _jagged_batches, "dlrm": _dlrm_batches}
 
 
-@contextlib.contextmanager
-def fresh_compile() -> Iterator[None]:
-    from torch._inductor.utils import fresh_cache
-
-    torch._dynamo.reset()
-    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=False):
-        yield
-    torch._dynamo.reset()
+def _results(call: Callable, model: nn.Module, batches: list, training: bool) -> list[list[torch.Tensor]]:
+    """Each batch's output of ``call`` (and, in training, the parameters' gradients of its loss), copied: a loop
+    of steps, gradients set to None before each."""
+    results = []
+    for batch in batches:
+        for p in model.parameters():
+            p.grad = None
+        out = call(*batch)
+        if training:
+            output_loss(out).backward()
+        results.append([out.detach().clone(), *(p.grad.clone() for p in model.parameters() if training)])
+    return results
 
 
 def _run(model: nn.Module, batches: list, training: bool, options: dict, passes: str | None) -> tuple[list, int]:
-    """Each batch's outputs (and the parameters' gradients, in training) under ``torch.compile`` with ``options``
-    and ``passes``, and the graphs Dynamo compiled."""
-    results = []
+    """:func:`_results` under ``torch.compile`` with ``options`` and ``passes``, and the graphs Dynamo compiled."""
     with fresh_compile(), optimus_ir.enabled(passes):
         torch._dynamo.utils.counters.clear()
-        compiled = torch.compile(model, **options)
-        for batch in batches:
-            for p in model.parameters():
-                p.grad = None
-            out = compiled(*batch)
-            if training:
-                output_loss(out).backward()
-                results.append([out.detach().clone(), *(p.grad.clone() for p in model.parameters())])
-            else:
-                results.append([out.clone()])
-        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    return results, graphs
+        results = _results(torch.compile(model, **options), model, batches, training)
+        return results, torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -96,16 +87,7 @@ def test_a_loop_of_changing_shapes_matches_eager_and_compiles_as_often_as_stock(
     torch.manual_seed(0)
     model, batches = CASES[case]()
     model.requires_grad_(training)
-    expected = []
-    for batch in batches:
-        for p in model.parameters():
-            p.grad = None
-        out = model(*batch)
-        if training:
-            output_loss(out).backward()
-            expected.append([out.detach().clone(), *(p.grad.clone() for p in model.parameters())])
-        else:
-            expected.append([out.detach().clone()])
+    expected = _results(model, model, batches, training)
     stock, stock_graphs = _run(model, batches, training, MODES[mode], None)
     with recording() as records:
         ours, graphs = _run(model, batches, training, MODES[mode], "all")

@@ -8,8 +8,7 @@ in-place updates of inputs (``x.mul_(0.9).add_(g)``, an optimizer's step: the au
 must merge, and err no more than stock against eager (or than float rounding where stock is exact).
 """
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ import torch
 import optimus_ir
 from optimus_ir.records import recording
 from optimus_ir.testing.storms import layer_norm_each, row_sum_each, tanh_each
-from tests.gpu.helpers import CUDA, kernels_per_call, max_rel_error, merges
+from tests.gpu.helpers import CUDA, fresh_compile, kernels_per_call, max_rel_error, merges
 
 pytestmark = CUDA
 
@@ -28,17 +27,6 @@ MODES = {
     "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
     "max-autotune": {"mode": "max-autotune"},
 }
-
-
-@contextlib.contextmanager
-def fresh_compile() -> Iterator[None]:
-    """Compiled from scratch inside (Dynamo reset, fresh caches), in the settings the mode gives."""
-    from torch._inductor.utils import fresh_cache
-
-    torch._dynamo.reset()
-    with fresh_cache(), torch._inductor.config.patch(fx_graph_cache=False):
-        yield
-    torch._dynamo.reset()
 
 
 def update_each(*args):
