@@ -45,11 +45,6 @@ def _only_pooled_read(fx_node: Any) -> bool:
     return all(user.target is operator.getitem and user.args[1] == 0 for user in fx_node.users)
 
 
-def _known(condition: Any) -> bool:
-    """Whether a condition on sizes holds for every value of their symbols, without adding a guard."""
-    return statically_known_true(condition)
-
-
 def _value(arg: Any) -> Any:
     """An FX argument's value: a node's traced value (a symbol's SymInt), else the argument."""
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
@@ -66,7 +61,7 @@ def _regular_bag_size(offsets_node: Any, indices_numel: Any) -> int | None:
     if not isinstance(start, int) or not isinstance(step, int) or start != 0 or step <= 0:
         return None
     length = _value(length)
-    if not isinstance(length, int | torch.SymInt) or not _known(length * step == indices_numel):
+    if not isinstance(length, int | torch.SymInt) or not statically_known_true(length * step == indices_numel):
         return None
     return step
 
@@ -99,8 +94,8 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         grad_weight = zeros(N, D)
         grad_weight[ids[i], d] += grad[i // L, d]          # ir.Scatter, atomic_add (times 1/L in mean mode)
 
-    Sum and mean modes, dense gradients, no per-sample weights, padding index or ``scale_grad_by_freq``, static
-    sizes. Inductor's ``_unsafe_index_put`` lowering makes the scatter, and falls back to ATen's index_put where
+    Sum and mean modes, dense gradients, no per-sample weights, padding index or ``scale_grad_by_freq``; the bags'
+    count may be a symbol (a batch that changes). Inductor's ``_unsafe_index_put`` lowering makes the scatter, and falls back to ATen's index_put where
     atomics cannot serve (deterministic mode, dtypes without atomic add). Low precision accumulates in fp32.
     """
 
@@ -158,7 +153,7 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
         fx_node = V.graph.current_node
         if fx_node is None:
             raise NotApplicable("no FX node")
-        bag = fx_node.meta.get(_REGULAR_BAG_SIZE)  # (set only where supported, with static sizes)
+        bag = fx_node.meta.get(_REGULAR_BAG_SIZE)  # (set only where supported)
         if bag is None:
             raise NotApplicable("not regular bags, or not supported")  # EmbeddingBagBackwardOfRuntimeOffsets...
         (numel,) = indices.get_size()  # (a symbol where the batch changes)
@@ -295,9 +290,9 @@ class EmbeddingBagToSegmentSum(LoweringRule):
         # (accumulated in fp32 for low precision; mean: divided by the bag's ids other than padding, at least 1)
 
     Sum and mean modes, per-sample weights, a padding index, ``include_last_offset``, 1-D ids, tables with
-    contiguous rows, static sizes, on Triton devices, and only where nothing reads the other three outputs
-    (inference; training where the backward is one of the two scatter-add rules'). Each bag adds its rows in order,
-    without atomics: deterministic.
+    contiguous rows of static sizes (the ids' and the bags' counts may be symbols), on Triton devices, and only where
+    nothing reads the other three outputs (inference; training where the backward is one of the two scatter-add
+    rules'). Each bag adds its rows in order, without atomics: deterministic.
     """
 
     name = "EmbeddingBagToSegmentSum"
@@ -387,7 +382,7 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
         grad_weight[ids[t], d] += grad[bag(t), d] * psw[t] / size(bag(t))    # ir.Scatter, atomic_add (mean: /size)
 
     Sum and mean modes, per-sample weights, a padding index (sum mode: its row gets 0), ``include_last_offset``,
-    static sizes, dense gradients of fp32 tables (a low-precision table's fp32 accumulator would raise the peak),
+    any counts of ids and bags (symbols too), dense gradients of fp32 tables (a low-precision table's fp32 accumulator would raise the peak),
     not in deterministic mode.
     """
 
@@ -412,8 +407,8 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
             # counts may be symbols (jagged ids, a batch that changes): the offsets are the bags' starts, or their
             # starts and the last one's end, wherever Dynamo's guards tell which
             bags, numel, count = values[0].shape[0], values[1].numel(), values[2].numel()
-            closed = _known(count == bags + 1)
-            if not (closed or _known(count == bags)) or _low_precision(values[0].dtype):
+            closed = statically_known_true(count == bags + 1)
+            if not (closed or statically_known_true(count == bags)) or _low_precision(values[0].dtype):
                 continue
             options = {"dtype": values[2].dtype, "device": values[2].device}
             with graph.inserting_before(node), torch._guards.detect_fake_mode(values) or contextlib.nullcontext():
