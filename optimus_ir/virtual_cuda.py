@@ -119,7 +119,7 @@ def _dynamo_graphs(
     fn: Callable[..., Any],
     example_inputs: Sequence[Any],
     trace: Callable[[torch.fx.GraphModule, list[Any]], list[_Graph]],
-    dynamic: bool,
+    dynamic: bool = False,
 ) -> list[_Graph]:
     """The graphs of ``fn`` called on ``example_inputs``: each graph Dynamo captures (parameters, buffers and other
     tensors ``fn`` reads are inputs of it) traced by ``trace`` from within Dynamo's backend, so that what cannot be

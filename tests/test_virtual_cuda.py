@@ -197,6 +197,20 @@ def test_training_graphs_save_what_torch_compile_saves():
     assert backwards == [saved(virtual_backward.gm)]
 
 
+@pytest.mark.parametrize("how", ["mark_dynamic", "dynamic=True"])
+def test_symbolic_sizes_are_compiled_with_dynamos_symbols_and_hints(how):
+    # the graphs keep the symbols Dynamo chose (a loop's batch), Inductor reads their hints: a wrapper that takes
+    # the size from its input, kernels that take it as an argument
+    x = torch.randn(96, 64)
+    if how == "mark_dynamic":
+        torch._dynamo.mark_dynamic(x, 0)
+    (graph,) = virtual_cuda.generate(_pointwise, (x,), dynamic=how == "dynamic=True")
+    (kernel,) = graph.kernels
+    assert re.search(r"s\d+ = arg\d+_1", graph.wrapper), graph.wrapper  # the symbol, from the call's arguments
+    assert re.search(r"_xnumel = \S*s\d+", graph.wrapper), graph.wrapper  # the launch's numel, of the symbol
+    assert kernel.name in graph.launches
+
+
 def test_ops_traced_for_the_cpu_only_are_named_in_a_warning():
     # AOTAutograd traces on the CPU: attention becomes the CPU's flash-attention op, which a GPU compile never calls
     def attention(q, k, v):
