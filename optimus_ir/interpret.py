@@ -19,6 +19,8 @@ to the language patches that the interpreter installs for it (``triton.runtime.i
   back to one Python call per element (about a minute for one 37 x 129 argmax); it is replaced by a tree reduction
   that calls the combine function ``log2(n)`` times on whole blocks.
 * Casts from and to bfloat16: the interpreter truncates fp32 -> bf16 where compiled Triton rounds to nearest even.
+* ``tl.dot`` of bfloat16 operands: the interpreter multiplies their bits (held as uint16); they are widened to
+  fp32 first (exact), as the tensor cores read them.
 * Atomic adds whose mask (or value) is broadcast to the pointers' block: the interpreter reads each operand's memory
   as contiguous, and a broadcast view has stride 0; each is made a contiguous array of the pointers' shape.
 * ``range(0, r0_numel, R0_BLOCK)`` in looped reductions converts a one-element array with ``int()``, which numpy >=
@@ -286,6 +288,19 @@ def _ast_transformer():
     return Transformer()
 
 
+_stock_create_dot = interpreter.InterpreterBuilder.create_dot
+
+
+def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    """``InterpreterBuilder.create_dot`` with bfloat16 operands widened to fp32 (see the module docstring)."""
+    widened = [
+        interpreter.TensorHandle(torch.from_numpy(x.data).view(torch.bfloat16).float().numpy(), tl.float32)
+        if x.dtype.scalar == tl.bfloat16 else x
+        for x in (a, b)
+    ]
+    return _stock_create_dot(self, *widened, d, input_precision, max_num_imprecise_acc)
+
+
 @contextlib.contextmanager
 def _interpreter_patches() -> Iterator[None]:
     """Extends the interpreter's per-kernel language patches (``_patch_lang``) with the additions described in the
@@ -306,6 +321,7 @@ def _interpreter_patches() -> Iterator[None]:
         scope.set_attr(interpreter.InterpreterBuilder, "create_extern_elementwise", _create_extern_elementwise)
         scope.set_attr(interpreter.InterpreterBuilder, "cast_impl", _cast_impl)
         scope.set_attr(interpreter.InterpreterBuilder, "create_atomic_rmw", _create_atomic_rmw)
+        scope.set_attr(interpreter.InterpreterBuilder, "create_dot", _create_dot)
         scope.set_attr(JITFunction, "__call__", _call_jit_function)
         scope.set_attr(interpreter.ReduceOps, "generic_reduce", _tree_reduce)
         scope.set_attr(tl.tensor, "__index__", lambda self: int(self.handle.data.item()))

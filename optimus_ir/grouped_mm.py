@@ -1,0 +1,185 @@
+"""``optimus_ir::grouped_mm``: independent matrix products in one launch.
+
+    grouped_mm(a, b, bias, activation, outside_graph_pools)[i] = activation(a[i] @ b[i] + bias[i])
+
+``a[i]`` is ``[M_i, K_i]``, ``b[i]`` ``[K_i, N_i]`` (any strides: a transposed weight or gradient is read in
+place), ``bias[i]`` None or a row of ``N_i`` values; every member of one dtype (fp32, fp16 or bf16) and device;
+``activation`` ``"none"`` or ``"relu"``; ``outside_graph_pools``: the call runs under cudagraph trees
+(``mode="reduce-overhead"``), whose memory pools the member tables must stay out of. Each output is a new contiguous ``[M_i, N_i]`` tensor of that dtype.
+
+On a CUDA device one Triton kernel computes every member: each program computes one ``BLOCK_M x BLOCK_N`` tile of
+one member's output, the members' tiles end to end along the grid. Where a member's tiles start, its sizes and
+strides and the addresses of its tensors are read from a member table (:class:`~optimus_ir.runtime.MemberTable`:
+cached by the addresses, so a call whose tensors are where the last call's were copies nothing to the device, and
+safe to capture in a CUDA graph). Products accumulate in fp32, in TF32 where
+``torch.backends.cuda.matmul.allow_tf32`` allows it for fp32 inputs, as cuBLAS does; the bias is added and the
+activation applied to the fp32 accumulator before the one rounding to the output's dtype. On the CPU, the same
+kernel under Triton's interpreter (``TRITON_INTERPRET=1``: what the tests check), else ATen's ``addmm`` / ``mm``
+per member.
+
+The op is registered when this module is imported; Inductor lowers a call of it as any custom op (a fallback: one
+call in the graph's wrapper), and ``IndependentMatmulsToGroupedMatmul`` writes the calls.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+from optimus_ir.member_table import padded_members
+
+__all__ = ["ACTIVATIONS", "DTYPES", "OP", "blocks", "launch"]
+
+#: activations the op applies to its fp32 accumulator
+ACTIVATIONS = ("none", "relu")
+#: dtypes of members
+DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+#: the member's values in its table, in row order (``MemberTableLayout.value_row``)
+_VALUES = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "c_row")
+#: then the tensor slots, in row order (``MemberTableLayout.address_row``): a, b, the output, the bias (if any)
+#: the largest tile; smaller sizes take the next power of two, at least ``_MIN_BLOCK``
+_MAX_BLOCK_M, _MAX_BLOCK_N, _MIN_BLOCK = 64, 64, 16
+#: the K step: bytes of a row of operands per step, as Inductor's mm configs do (32 fp32 or 64 half values)
+_BLOCK_K_BYTES = 128
+_NUM_WARPS, _NUM_STAGES = 4, 3
+
+_LIBRARY = torch.library.Library("optimus_ir", "DEF")  # noqa: TOR901 (the op's schema, defined once)
+_LIBRARY.define("grouped_mm(Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False) -> Tensor[]")
+OP = torch.ops.optimus_ir.grouped_mm.default
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def blocks(m: int, n: int, k: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K)`` for members whose largest sizes are ``m``, ``n``, ``k``."""
+    block_k = _BLOCK_K_BYTES // dtype.itemsize
+    return (
+        min(_MAX_BLOCK_M, max(_MIN_BLOCK, _next_power_of_two(m))),
+        min(_MAX_BLOCK_N, max(_MIN_BLOCK, _next_power_of_two(n))),
+        min(block_k, max(_MIN_BLOCK, _next_power_of_two(k))),
+    )
+
+
+@functools.cache
+def _kernel(interpreted: bool):
+    """The Triton kernel, made on first use (importing the op needs no Triton), for Triton's interpreter or not."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def grouped_mm_kernel(
+        table, MEMBERS: tl.constexpr, PAD: tl.constexpr, DTYPE: tl.constexpr, HAS_BIAS: tl.constexpr,
+        RELU: tl.constexpr, TF32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        pid = tl.program_id(0).to(tl.int64)
+        starts = tl.load(table + tl.arange(0, PAD))
+        member = tl.sum((starts <= pid).to(tl.int64), 0) - 1  # the last member starting at or before the tile
+        tile = pid - tl.load(table + member)
+        values = table + PAD + MEMBERS + member  # value j: values + j * MEMBERS
+        m, n, k = tl.load(values), tl.load(values + MEMBERS), tl.load(values + 2 * MEMBERS)
+        a_row, a_col = tl.load(values + 3 * MEMBERS), tl.load(values + 4 * MEMBERS)
+        b_row, b_col = tl.load(values + 5 * MEMBERS), tl.load(values + 6 * MEMBERS)
+        c_row = tl.load(values + 7 * MEMBERS)
+        addresses = values + 8 * MEMBERS  # slot s: addresses + s * MEMBERS
+        a = tl.load(addresses).to(tl.pointer_type(DTYPE))
+        b = tl.load(addresses + MEMBERS).to(tl.pointer_type(DTYPE))
+        c = tl.load(addresses + 2 * MEMBERS).to(tl.pointer_type(DTYPE))
+
+        tiles_n = tl.cdiv(n, BLOCK_N)
+        rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        steps = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for start in range(0, k, BLOCK_K):
+            inner = start + steps
+            a_block = tl.load(a + rows[:, None] * a_row + inner[None, :] * a_col,
+                              mask=(rows[:, None] < m) & (inner[None, :] < k), other=0.0)
+            b_block = tl.load(b + inner[:, None] * b_row + cols[None, :] * b_col,
+                              mask=(inner[:, None] < k) & (cols[None, :] < n), other=0.0)
+            if TF32:
+                acc = tl.dot(a_block, b_block, acc, input_precision="tf32")
+            else:
+                acc = tl.dot(a_block, b_block, acc, input_precision="ieee")
+        if HAS_BIAS:
+            bias = tl.load(addresses + 3 * MEMBERS).to(tl.pointer_type(DTYPE))
+            acc += tl.load(bias + cols, mask=cols < n, other=0.0).to(tl.float32)[None, :]
+        if RELU:
+            acc = tl.maximum(acc, 0.0)
+        tl.store(c + rows[:, None] * c_row + cols[None, :], acc.to(DTYPE),
+                 mask=(rows[:, None] < m) & (cols[None, :] < n))
+
+    return grouped_mm_kernel
+
+
+@functools.cache
+def _table(members: int, has_bias: bool, outside_graph_pools: bool):
+    """The member table of calls of ``members`` members (shared by such calls: its tables are cached by
+    addresses). The kernel reads it as ``MemberTableLayout(members, pad_to, len(_VALUES))`` lays it out."""
+    from optimus_ir.runtime import MemberTable
+
+    return MemberTable(None, None, padded_members(members), align=1, outside_graph_pools=outside_graph_pools)
+
+
+def launch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], bias: Sequence[torch.Tensor | None],
+           activation: str, out: Sequence[torch.Tensor], outside_graph_pools: bool = False) -> None:
+    """Write every member's product into ``out`` with one launch of the Triton kernel (a GPU, or the CPU under
+    Triton's interpreter)."""
+    import triton
+    import triton.language as tl
+
+    members, dtype = len(a), a[0].dtype
+    sizes = [(x.shape[0], w.shape[1], x.shape[1]) for x, w in zip(a, b)]
+    block_m, block_n, block_k = blocks(*(max(s[i] for s in sizes) for i in range(3)), dtype)
+    tiles = tuple(triton.cdiv(m, block_m) * triton.cdiv(n, block_n) for m, n, _ in sizes)
+    values = (
+        *(s[0] for s in sizes), *(s[1] for s in sizes), *(s[2] for s in sizes),
+        *(x.stride(0) for x in a), *(x.stride(1) for x in a), *(w.stride(0) for w in b), *(w.stride(1) for w in b),
+        *(y.stride(0) for y in out),
+    )
+    has_bias = bias[0] is not None
+    tensors = (*a, *b, *out, *(bias if has_bias else ()))
+    table = _table(members, has_bias, outside_graph_pools)(*tensors, numels=tiles, values=values)
+    if sum(tiles) == 0:
+        return
+    _kernel(bool(triton.knobs.runtime.interpret))[(sum(tiles),)](
+        table, MEMBERS=members, PAD=padded_members(members), DTYPE=getattr(tl, str(dtype).removeprefix("torch.")),
+        HAS_BIAS=has_bias, RELU=activation == "relu",
+        TF32=dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=_NUM_WARPS, num_stages=_NUM_STAGES,
+    )
+
+
+def _outputs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [x.new_empty((x.shape[0], w.shape[1])) for x, w in zip(a, b)]
+
+
+def _triton(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+            outside_graph_pools: bool = False) -> list[torch.Tensor]:
+    out = _outputs(a, b)
+    launch(a, b, bias, activation, out, outside_graph_pools)
+    return out
+
+
+def _cpu(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+         outside_graph_pools: bool = False) -> list[torch.Tensor]:
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        return _triton(a, b, bias, activation)
+    out = [torch.mm(x, w) if c is None else torch.addmm(c, x, w) for x, w, c in zip(a, b, bias)]
+    return [torch.relu(y) for y in out] if activation == "relu" else out
+
+
+def _fake(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+          outside_graph_pools: bool = False) -> list[torch.Tensor]:
+    return _outputs(a, b)
+
+
+_LIBRARY.impl("grouped_mm", _triton, "CUDA")
+_LIBRARY.impl("grouped_mm", _cpu, "CPU")
+torch.library.register_fake("optimus_ir::grouped_mm", _fake, lib=_LIBRARY)
