@@ -82,8 +82,9 @@ def stock_lowering(op: Any) -> Callable[..., Any]:
 
 
 def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
-    """``config.pre_grad_custom_pass``: the enabled ``rules`` on Dynamo's graph, in order. A rule that raises gets
-    the graph back as it was before it (a copy, put back in its module)."""
+    """``config.pre_grad_custom_pass`` (Dynamo's graph) or ``post_grad_custom_post_pass`` (a post-grad graph): the
+    enabled ``rules`` on the graph, in order. A rule that raises gets the graph back as it was before it (a copy,
+    put back in its module)."""
     import torch
     from torch._dynamo.utils import dynamo_timed
 

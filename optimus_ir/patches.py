@@ -86,12 +86,15 @@ def _pass_classes() -> tuple[type, type, type]:
             return ("optimus_ir", type(self).__name__, package_identity(), enabled, settings.cache_key(), chained)
 
     class OptimusGraphPass(_Keyed):
-        """``post_grad_custom_post_pass``: changes no FX node (the rewrites happen in lowering and scheduling);
-        makes sure the compile hooks are installed, just before lowering."""
+        """``post_grad_custom_post_pass``: the post-grad graph rules; and makes sure the compile hooks are
+        installed, just before lowering."""
 
         def __call__(self, graph: Any) -> None:
+            from optimus_ir import registry
+
             if self.chained is not None:
                 self.chained(graph)
+            drivers.run_graph_rules(registry.rules_of(Stage.POST_GRAD), graph)
             install_compile_hooks()
 
     class OptimusPreFusionPass(_Keyed):

@@ -4,7 +4,9 @@ A rule is one small class with a docstring that shows the IR before and after. B
 
 - :class:`GraphRule` (``Stage.PRE_GRAD``) rewrites Dynamo's FX graph before AOTAutograd traces it (Inductor's
   ``pre_grad_custom_pass``): only where what follows would otherwise be traced, differentiated and lowered once per
-  piece. Its ``rewrite`` edits the graph in place, checking a candidate whole before changing it, and reports
+  piece. At ``Stage.POST_GRAD`` it rewrites each graph Inductor compiles (a forward, a backward) just before it is
+  lowered (``post_grad_custom_post_pass``): where a rewrite spans several aten ops that Inductor lowers one at a
+  time. Its ``rewrite`` edits the graph in place, checking a candidate whole before changing it, and reports
   through :func:`optimus_ir.records.record`.
 
 - :class:`LoweringRule` (``Stage.LOWERING``) replaces the lowering of one aten op (e.g. ``aten.cat``) for the inputs
@@ -32,6 +34,7 @@ class Stage(enum.Enum):
     """Where in Inductor's compile a rule runs, in compile order."""
 
     PRE_GRAD = "pre_grad"  # on Dynamo's FX graph, before AOTAutograd
+    POST_GRAD = "post_grad"  # on each post-grad graph (forward, backward), just before lowering
     LOWERING = "lowering"  # in place of an aten op's lowering (and, before it, on the joint graph)
     PRE_SCHEDULER = "pre_scheduler"  # on ``V.graph.operations``, before the scheduler traces their bodies
     PRE_FUSION = "pre_fusion"  # on the scheduler's nodes, before Inductor's fusion
@@ -49,7 +52,7 @@ class NotApplicable(Reject):
 
 
 class GraphRule:
-    """Base of rules that rewrite Dynamo's FX graph before AOTAutograd (see :class:`Stage`)."""
+    """Base of rules that rewrite an FX graph: Dynamo's before AOTAutograd, or a post-grad one (see :class:`Stage`)."""
 
     name: ClassVar[str]
     pass_name: ClassVar[str]

@@ -1,0 +1,347 @@
+"""Independent small matrix products, one launch: replicated layers (one per feature, task, table or expert) and
+their gradients as one ``optimus_ir::grouped_mm`` call.
+
+Inductor lowers each ``mm`` / ``addmm`` to its own extern call (cuBLAS): 16 per-feature towers of two Linears are
+32 launches in the forward and 64 in the backward (each layer's input and weight gradients), each a product of a
+few MFLOP that takes less time on the GPU than its launch. The products of one depth of such a graph (none reads
+another's result) are computed by one kernel (:mod:`optimus_ir.grouped_mm`), a member's bias and relu applied
+there. The rule runs on the post-grad graph, once per graph Inductor compiles: so a training step's forward and
+its backward each group their own products (the backward's are those of the forward's transposed operands).
+
+Depth: a product's depth is the longest chain of products among its ancestors; products of one depth are
+independent, so each depth of a stack of towers is one launch. Products that a graph computes in one cuBLAS call
+near the device's peak (over ``MAX_MEMBER_MACS`` multiply-adds) stay cuBLAS calls.
+
+The grouped call is placed after the last of its members' inputs, and what reads a member's output after it; a
+group that would raise the graph's estimated peak (:func:`estimated_peak`) beyond ``OPTIMUS_IR_PEAK_TOLERANCE`` is
+not made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import torch
+from torch.fx.experimental.symbolic_shapes import size_hint
+from torch.utils._pytree import tree_leaves
+
+from optimus_ir import grouped_mm, settings
+from optimus_ir.lowering import triton_kernels
+from optimus_ir.lowering.matmul_sum import MAX_REDUCTION_INNER, MAX_REDUCTION_PRODUCTS
+from optimus_ir.records import record
+from optimus_ir.rule import GraphRule, Stage
+
+aten = torch.ops.aten
+
+#: a product of more multiply-adds than this is left to cuBLAS (at 2**26, about 4 us of an H100's fp32 rate: the
+#: launches saved are worth more below)
+MAX_MEMBER_MACS = 1 << 26
+#: the fewest members of a group
+MIN_MEMBERS = 2
+#: the size a symbol is taken to have where it has no hint
+_UNHINTED = 4096
+#: the ops between a product and the sum it is a term of (a mean's division moved after it, a scale)
+_SUM_PATH = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
+_PRODUCTS = (aten.mm.default, aten.addmm.default)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One product: ``activation(a @ b + bias)``, computed by ``nodes`` (the matmul first, its result last)."""
+
+    nodes: tuple[torch.fx.Node, ...]
+    a: torch.fx.Node
+    b: torch.fx.Node
+    bias: torch.fx.Node | None
+    activation: str
+
+    @property
+    def result(self) -> torch.fx.Node:
+        return self.nodes[-1]
+
+    def key(self) -> tuple[Any, ...]:
+        value = _val(self.nodes[0])
+        return value.dtype, value.device, self.activation, self.bias is not None
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _sole_user(node: torch.fx.Node, target: Any) -> torch.fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 and users[0].op == "call_function" and users[0].target is target else None
+
+
+def _bias_of(add: torch.fx.Node, mm: torch.fx.Node) -> torch.fx.Node | None:
+    """The bias of ``add(mm, bias)`` or ``add(bias, mm)``: a row of the product's width, of its dtype."""
+    if len(add.args) != 2 or add.kwargs:
+        return None
+    bias = add.args[1] if add.args[0] is mm else add.args[0]
+    value, out = _val(bias), _val(mm)
+    if value is None or bias is mm or value.dim() != 1 or value.dtype != out.dtype:
+        return None
+    return bias if value.shape[0] == out.shape[1] else None
+
+
+def member(node: torch.fx.Node) -> Member | str | None:
+    """The product ``node`` starts, its bias add and relu after it where it alone reads them; a reason where it is a
+    product that is not grouped; None where ``node`` is not a product on a device Inductor writes Triton for, or is a
+    term of a sum that a sum rule computes in one kernel."""
+    if node.op != "call_function" or node.target not in _PRODUCTS:
+        return None
+    out = _val(node)
+    if out is None or not triton_kernels(out.device):  # (the CPU's C++ kernels: not a candidate at all)
+        return None
+    if out.dtype not in grouped_mm.DTYPES:
+        return f"{node.name}: {out.dtype}, where products are grouped in fp32, fp16 or bf16"
+    nodes, bias = [node], None
+    if node.target is aten.addmm.default:
+        if len(node.args) != 3 or node.kwargs:
+            return "an addmm with alpha or beta"
+        bias, a, b = node.args
+        value = _val(bias)
+        if value is None or value.dim() != 1 or value.dtype != out.dtype:
+            return f"an addmm whose bias is not a row of {out.dtype}"
+    else:
+        a, b = node.args
+        add = _sole_user(node, aten.add.Tensor)
+        if add is not None and (bias := _bias_of(add, node)) is not None:
+            nodes.append(add)
+    relu = _sole_user(nodes[-1], aten.relu.default)
+    if relu is not None:
+        nodes.append(relu)
+    macs = _macs(node)
+    if macs > MAX_MEMBER_MACS:
+        return f"{node.name}: {macs} multiply-adds, over {MAX_MEMBER_MACS}: a cuBLAS call"
+    terms = _terms_of_sum(nodes[-1])
+    if len(terms) >= 2 and (_one_small_reduction(terms) or sum(t.args[-2] is a for t in terms) >= 2):
+        return None  # the sum rules' (SummedSmallMatmulsToOneReduction, SharedOperandMatmulsToOneMatmul)
+    return Member(tuple(nodes), a, b, bias, "relu" if relu is not None else "none")
+
+
+def _macs(product: torch.fx.Node) -> int:
+    a, b = product.args[-2:]
+    (m, k), n = _val(a).shape, _val(b).shape[1]
+    return _hint(m) * _hint(k) * _hint(n)
+
+
+def _terms_of_sum(result: torch.fx.Node) -> list[torch.fx.Node]:
+    """The products of the sum ``result`` flows into (through ops of ``_SUM_PATH`` that each read it alone)."""
+    top = result
+    while len(top.users) == 1 and (user := next(iter(top.users))).op == "call_function" and user.target in _SUM_PATH:
+        top = user
+    if top is result:
+        return []
+    found, stack, seen = [], [top], set()
+    while stack:
+        node = stack.pop()
+        if node in seen or node.op != "call_function":
+            continue
+        seen.add(node)
+        if node.target in _PRODUCTS:
+            found.append(node)
+        elif node.target in _SUM_PATH:
+            stack.extend(node.all_input_nodes)
+    return found
+
+
+def _one_small_reduction(products: list[torch.fx.Node]) -> bool:
+    """Whether ``SummedSmallMatmulsToOneReduction`` computes these products' sum (one Triton reduction: each inner
+    size within its bound, their multiply-adds within its total), which is fewer launches and bytes than a group."""
+    inner = [_hint(_val(p.args[-2]).shape[1]) for p in products]
+    return max(inner) <= MAX_REDUCTION_INNER and sum(map(_macs, products)) <= MAX_REDUCTION_PRODUCTS
+
+
+def _hint(size: Any) -> int:
+    return size_hint(size, fallback=_UNHINTED)
+
+
+def groups(graph: torch.fx.Graph) -> tuple[list[list[Member]], list[tuple[torch.fx.Node, str]]]:
+    """The graph's products grouped by depth and kind (dtype, device, activation, bias), in graph order; and the
+    products left out, each with the reason."""
+    reach: dict[torch.fx.Node, int] = {}  # the most products on a path from the graph's inputs to the node
+    found: dict[tuple[Any, ...], list[Member]] = {}
+    left_out = []
+    for node in graph.nodes:
+        depth = max((reach[i] for i in node.all_input_nodes), default=0)
+        reach[node] = depth
+        found_member = member(node)
+        if isinstance(found_member, str):
+            left_out.append((node, found_member))
+        elif found_member is not None:
+            reach[node] = depth + 1
+            found.setdefault((depth, *found_member.key()), []).append(found_member)
+    return [g for g in found.values() if len(g) >= MIN_MEMBERS], left_out
+
+
+def _bytes(value: Any) -> int:
+    return sum(_hint(t.numel()) * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def _multi_output(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s outputs are held by its ``getitem`` readers (each its own allocation)."""
+    return isinstance(_val(node), (list, tuple)) and any(u.target is operator.getitem for u in node.users)
+
+
+def estimated_peak(graph: torch.fx.Graph) -> int:
+    """The most bytes the graph's values hold at once: its inputs throughout (the caller holds them), each value
+    computed from when its node runs (a multi-output op's outputs, its ``getitem`` nodes, all at the op) until its
+    last reader or a view's of it runs."""
+    nodes = list(graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    owner: dict[torch.fx.Node, torch.fx.Node] = {}
+    born, freed = [0] * len(nodes), [0] * (len(nodes) + 1)
+    live = 0
+    for node in nodes:
+        if node.op == "placeholder":
+            live += _bytes(_val(node))
+        elif node.op == "call_function":
+            source = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+            if source is not None and _is_view(node):
+                owner[node] = owner.get(source, source)
+            elif not _multi_output(node):
+                owner[node] = node
+                made_by = source if node.target is operator.getitem and _multi_output(source) else node
+                born[position[made_by]] += _bytes(_val(node))
+    last: dict[torch.fx.Node, int] = {}
+    for node in nodes:
+        for i in node.all_input_nodes:
+            if i in owner:
+                last[owner[i]] = len(nodes) if node.op == "output" else position[node]
+    for node, end in last.items():
+        if owner.get(node) is node:  # (not a graph input: those stay)
+            freed[end] += _bytes(_val(node))
+    peak = live
+    for i in range(len(nodes)):
+        live += born[i]
+        peak = max(peak, live)
+        live -= freed[i]
+    return peak
+
+
+def _grouped(graph: torch.fx.Graph, members: list[Member], outside_graph_pools: bool) -> dict[Any, Any]:
+    """Replace ``members`` by one grouped call and its ``getitem`` per member, then sort the graph; returns each
+    member's result's replacement."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    inputs = [i for m in members for i in (m.a, m.b, m.bias) if i is not None]
+    args = ([m.a for m in members], [m.b for m in members], [m.bias for m in members], members[0].activation,
+            outside_graph_pools)
+    with graph.inserting_after(max(inputs, key=order.__getitem__)):
+        call = graph.call_function(grouped_mm.OP, args)
+    call.meta["val"] = grouped_mm.OP(*torch.fx.node.map_arg(args, _val))
+    previous, replaced = call, {}
+    for i, m in enumerate(members):
+        with graph.inserting_after(previous):
+            item = previous = graph.call_function(operator.getitem, (call, i))
+        item.meta["val"] = call.meta["val"][i]
+        m.result.replace_all_uses_with(item)
+        replaced[m.result] = item
+        for node in reversed(m.nodes):
+            graph.erase_node(node)
+    from torch._inductor.pattern_matcher import stable_topological_sort
+
+    stable_topological_sort(graph)
+    return replaced
+
+
+def _copy(graph: torch.fx.Graph) -> tuple[torch.fx.Graph, dict[torch.fx.Node, torch.fx.Node]]:
+    copy, nodes = torch.fx.Graph(), {}
+    copy.output(copy.graph_copy(graph, nodes))
+    return copy, nodes
+
+
+def _mapped(members: list[Member], nodes: dict[Any, Any]) -> list[Member]:
+    """``members`` with their nodes replaced where ``nodes`` says (a graph's copy; an earlier group's results)."""
+    def mapped(n: Any) -> Any:
+        return nodes.get(n, n)
+
+    return [Member(tuple(map(mapped, m.nodes)), mapped(m.a), mapped(m.b), mapped(m.bias), m.activation)
+            for m in members]
+
+
+class IndependentMatmulsToGroupedMatmul(GraphRule):
+    """Products of one depth and kind, each small → one ``grouped_mm`` call.
+
+    Before (two of 16 per-feature towers' first layers, inference; ``x_i [1024, 32]``)::
+
+        addmm = aten.addmm(b0, x0, permute)            # Linear(32, 64)
+        relu = aten.relu(addmm)
+        addmm_1 = aten.addmm(b1, x1, permute_1)
+        relu_1 = aten.relu(addmm_1)
+
+    After::
+
+        grouped_mm = optimus_ir.grouped_mm([x0, x1], [permute, permute_1], [b0, b1], "relu", False)
+        getitem = grouped_mm[0]                        # relu's readers read this
+        getitem_1 = grouped_mm[1]
+
+    A product is ``mm(a, b)``, optionally followed by an add of a bias row that it alone reads, or ``addmm(bias, a,
+    b)`` without alpha or beta; then a relu that it alone reads; on CUDA, fp32, fp16 or bf16; any sizes (symbols
+    too: the kernel reads them per call), of at most ``MAX_MEMBER_MACS`` multiply-adds at their hints.
+    """
+
+    name = "IndependentMatmulsToGroupedMatmul"
+    pass_name = "horizontal"
+    stage = Stage.POST_GRAD
+
+    def rewrite(self, graph: torch.fx.Graph) -> None:
+        from torch._inductor import config
+
+        found, left_out = groups(graph)
+        for node, reason in left_out:
+            record(self.name, False, [node.name], reason)
+        if not found:
+            return
+        outside_graph_pools = bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
+        replaced: dict[Any, Any] = {}
+        for members in found:
+            members = _mapped(members, replaced)
+            kept, peaks = _within_peak(graph, members, outside_graph_pools)
+            names = [m.nodes[0].name for m in members]
+            if len(kept) < len(members):
+                left = [m.nodes[0].name for m in members if m not in kept]
+                record(self.name, False, left, f"{len(left)} of {len(members)} products left apart: with them, the "
+                       f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of {settings.peak_tolerance()}")
+            if len(kept) < MIN_MEMBERS:
+                continue
+            replaced.update(_grouped(graph, kept, outside_graph_pools))
+            shapes = ", ".join(f"{_shape(m.a)}@{_shape(m.b)}" for m in kept[:4])
+            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
+            bias = " + bias" if kept[0].bias is not None else ""
+            record(self.name, True, [m.nodes[0].name for m in kept],
+                   f"{len(kept)} products ({shapes}{more}){bias}, {kept[0].activation} → one grouped_mm launch")
+
+
+def _within_peak(graph: torch.fx.Graph, members: list[Member],
+                 outside_graph_pools: bool) -> tuple[list[Member], tuple[int, int]]:
+    """The most members, smallest products first, whose grouping keeps the graph's estimated peak within the
+    tolerance; and the peak before and with all of them."""
+    ceiling = (before := estimated_peak(graph)) * (1 + settings.peak_tolerance())
+
+    def peak(some: list[Member]) -> int:
+        trial, nodes = _copy(graph)
+        _grouped(trial, _mapped(some, nodes), outside_graph_pools)
+        return estimated_peak(trial)
+
+    with_all = peak(members)
+    if with_all <= ceiling:
+        return members, (before, with_all)
+    by_size = sorted(members, key=lambda m: _bytes(_val(m.result)))
+    low, high = 0, len(by_size) - 1  # the most that fit: at least low, fewer than high + 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if middle >= MIN_MEMBERS and peak(by_size[:middle]) <= ceiling else (low, middle - 1)
+    kept = set(map(id, by_size[:low]))
+    return [m for m in members if id(m) in kept], (before, with_all)
+
+
+def _shape(node: torch.fx.Node) -> str:
+    return "x".join(map(str, _val(node).shape))

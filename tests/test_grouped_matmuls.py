@@ -1,0 +1,143 @@
+"""IndependentMatmulsToGroupedMatmul and ``optimus_ir::grouped_mm``: the kernel's numerics through Triton's
+interpreter (dtypes, ragged sizes, members of different K, a shared input, transposed operands), what the rule
+groups on the virtual sm_90 device (a depth per launch, forward and backward, symbolic batches), what it leaves
+apart and why (large products, the peak), and a compiled model's numerics against eager."""
+
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+import optimus_ir
+from optimus_ir import grouped_mm
+from optimus_ir.inspect import compile_report
+from optimus_ir.interpret import cpu_triton_interpreter
+from optimus_ir.records import recording
+
+RULE = "IndependentMatmulsToGroupedMatmul"
+GROUPED = "torch.ops.optimus_ir.grouped_mm.default"
+#: relative error bounds against fp64, by dtype (fp32 without TF32)
+BOUNDS = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+class Towers(nn.Module):
+    """Per-feature towers: Linear -> ReLU -> Linear on each feature's own input, outputs side by side."""
+
+    def __init__(self, towers: int = 16, width: int = 32, hidden: int = 64, out: int = 16) -> None:
+        super().__init__()
+        self.towers = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, out)) for _ in range(towers)
+        )
+
+    def forward(self, *features: torch.Tensor) -> torch.Tensor:
+        return torch.cat([tower(x) for tower, x in zip(self.towers, features)], 1)
+
+
+def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("dtype", sorted(BOUNDS, key=str))
+@pytest.mark.parametrize("bias, activation", [(True, "relu"), (False, "none")])
+def test_kernel_computes_every_member_of_other_sizes_in_the_interpreter(dtype, bias, activation):
+    torch.manual_seed(0)
+    shared = torch.randn(37, 9, dtype=dtype)
+    # (m, n, k): ragged tiles, a member of K other than the others', an empty member; a shared input; a weight
+    # read transposed (as nn.Linear's) and a gradient-style transposed left operand
+    a = [shared, shared, torch.randn(70, 5, dtype=dtype).t(), torch.randn(0, 33, dtype=dtype),
+         torch.randn(64, 64, dtype=dtype)]
+    b = [torch.randn(20, 9, dtype=dtype).t(), torch.randn(9, 3, dtype=dtype), torch.randn(70, 17, dtype=dtype),
+         torch.randn(33, 8, dtype=dtype), torch.randn(64, 16, dtype=dtype)]
+    c = [torch.randn(w.shape[1], dtype=dtype) if bias else None for w in b]
+    out = [torch.full((x.shape[0], w.shape[1]), float("nan"), dtype=dtype) for x, w in zip(a, b)]
+    with cpu_triton_interpreter():
+        grouped_mm.launch(a, b, c, activation, out)
+    for x, w, row, y in zip(a, b, c, out, strict=True):
+        expected = x.double() @ w.double() + (0 if row is None else row.double())
+        expected = expected.relu() if activation == "relu" else expected
+        assert not y.isnan().any()
+        if y.numel():
+            assert _relative_error(y, expected) < BOUNDS[dtype]
+
+
+def test_op_without_the_interpreter_is_atens_products():
+    torch.manual_seed(0)
+    a, b, c = [torch.randn(8, 4)] * 2, [torch.randn(4, 3), torch.randn(4, 5)], [None, torch.randn(5)]
+    got = grouped_mm.OP(a, b, c, "relu")
+    torch.testing.assert_close(got[0], (a[0] @ b[0]).relu())
+    torch.testing.assert_close(got[1], (a[1] @ b[1] + c[1]).relu())
+
+
+def _inputs(rows: int = 1024) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(1)
+    return tuple(torch.randn(rows, 32) for _ in range(16))
+
+
+def _fired(report) -> list:
+    return [r for r in report.rewrites if r.rule == RULE and r.fired]
+
+
+def test_training_forward_is_one_launch_per_depth_and_the_backward_groups_what_the_peak_allows():
+    torch.manual_seed(0)
+    model = Towers()
+    stock = compile_report(model, _inputs(), passes=None)
+    report = compile_report(model, _inputs(), passes="all")
+    forward, backward = report.graphs
+    assert len(stock.graphs[0].launches) == 48 and len(stock.graphs[1].launches) == 128
+    # both layers of the 16 towers: two grouped calls (bias and relu in them), then the cat
+    assert forward.launches.count(GROUPED) == 2 and len(forward.launches) == 3
+    assert [r.detail.split(" (")[0] for r in _fired(report)[:2]] == ["16 products", "16 products"]
+    assert "+ bias, relu" in _fired(report)[0].detail and "+ bias, none" in _fired(report)[1].detail
+    # the backward: the weight gradients grouped; the input gradients of a depth, held all at once, would raise
+    # the estimated peak past the tolerance: left apart, with the reason
+    assert backward.launches.count(GROUPED) >= 2 and len(backward.launches) < len(stock.graphs[1].launches)
+    apart = [r for r in report.rewrites if r.rule == RULE and not r.fired]
+    assert any("left apart" in r.detail and "estimated peak" in r.detail for r in apart)
+
+
+def test_inference_keeps_stocks_peak_unless_the_tolerance_allows_more(monkeypatch):
+    torch.manual_seed(0)
+    model = Towers().requires_grad_(False)
+    report = compile_report(model, _inputs(), passes="all")
+    # 16 hidden activations at once would be over 1% of this graph's peak: as many as fit (of 16 towers, 7 first
+    # layers, 4 second layers) in one launch, the others apart
+    assert [r.detail.split(" (")[0] for r in _fired(report)] == ["7 products", "4 products"]
+    assert [r.detail.split(":")[0] for r in report.rewrites if r.rule == RULE and not r.fired] == [
+        "9 of 16 products left apart", "12 of 16 products left apart"]
+    assert report.launches.count(GROUPED) == 2 and len(report.launches) == 24
+    monkeypatch.setenv("OPTIMUS_IR_PEAK_TOLERANCE", "1.0")
+    report = compile_report(model, _inputs(), passes="all")
+    assert report.launches == [GROUPED, GROUPED, "triton_poi_fused_cat_0"]
+
+
+def test_symbolic_batch_groups_the_same_products():
+    torch.manual_seed(0)
+    model = Towers(towers=4)
+    report = compile_report(model, _inputs(), passes="all", dynamic=True)
+    assert report.graphs[0].launches.count(GROUPED) == 2
+    assert any(re.search(r"\(s\d+x32@32x64", r.detail) for r in _fired(report))  # the batch a symbol
+
+
+def test_large_products_stay_cublas_calls():
+    torch.manual_seed(0)
+    model = Towers(towers=2, width=1024, hidden=2048, out=16).requires_grad_(False)
+    report = compile_report(model, tuple(torch.randn(4096, 1024) for _ in range(2)), passes="all")
+    assert GROUPED not in report.launches
+    assert any("a cuBLAS call" in r.detail for r in report.rewrites if r.rule == RULE)
+
+
+def test_compiled_towers_match_eager_in_the_interpreter_forward_and_backward():
+    torch.manual_seed(0)
+    eager, model = Towers(towers=3, width=8, hidden=16, out=4), Towers(towers=3, width=8, hidden=16, out=4)
+    model.load_state_dict(eager.state_dict())
+    inputs = tuple(torch.randn(24, 8) for _ in range(3))
+    expected = eager(*inputs)
+    (expected * torch.arange(expected.numel()).view_as(expected)).sum().backward()
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(model)(*inputs)
+        (actual * torch.arange(actual.numel()).view_as(actual)).sum().backward()
+    assert any(r.rule == RULE and r.fired for r in records)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5)
