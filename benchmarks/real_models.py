@@ -5,7 +5,8 @@ ShuffleNetV2, Inception-v3, MixNet-S, a tiny Mixtral MoE, the DLRM-style model w
 split → layer norm → tanh → cat at three scales, at 48 × 4 in bf16 and with pieces of unequal widths, and at
 16 × 4 in bf16 with pieces of unequal widths and 8192 rows (issue 33); ``--set gnn``: the hetero GNN with SAGE
 (mean and max aggregation) and GAT convolutions; ``--set more``: the transformers and timm models measured
-first (BERT, GPT-2, T5 encoder, Llama, ViT, ResNet-50, ConvNeXt-tiny).
+first (BERT, GPT-2, T5 encoder, Llama, ViT, ResNet-50, ConvNeXt-tiny); ``--set layers``: replicated layers (16
+per-feature towers, 8 dense experts over one input).
 Random weights, no downloads.
 
 Inference: a forward under ``no_grad``. Training: one step, the model compiled and the loss outside it, in eager

@@ -255,6 +255,45 @@ def _seed(
     return make
 
 
+# ----------------------------------------------------------------------------------------------- replicated layers
+
+
+class Towers(nn.Module):
+    """Per-feature towers: ``towers`` x (Linear -> ReLU -> Linear), each on its own feature, outputs side by side."""
+
+    def __init__(self, towers: int, width: int, hidden: int, out: int) -> None:
+        super().__init__()
+        self.towers = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, out)) for _ in range(towers)
+        )
+
+    def forward(self, *features: torch.Tensor) -> torch.Tensor:
+        return torch.cat([tower(x) for tower, x in zip(self.towers, features)], 1)
+
+
+class DenseExperts(nn.Module):
+    """Dense experts over one input: ``experts`` x (Linear -> ReLU -> Linear), outputs stacked."""
+
+    def __init__(self, experts: int, width: int, hidden: int) -> None:
+        super().__init__()
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width)) for _ in range(experts)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([expert(x) for expert in self.experts], 1)
+
+
+def _towers() -> Built:
+    """16 x (32 -> 64 -> 16), batch 1024."""
+    return Towers(16, 32, 64, 16), tuple(torch.randn(1024, 32) for _ in range(16))
+
+
+def _experts() -> Built:
+    """8 x (128 -> 256 -> 128) over one input, batch 2048."""
+    return DenseExperts(8, 128, 256), (torch.randn(2048, 128),)
+
+
 SETS: dict[str, list[RealModel]] = {
     "issue30": [
         RealModel("hetero-sage", _hetero_sage),
@@ -278,6 +317,7 @@ SETS: dict[str, list[RealModel]] = {
         RealModel("hetero-sage-max", _hetero_sage_max),
         RealModel("hetero-gat", _hetero_gat),
     ],
+    "layers": [RealModel("towers-16", _towers), RealModel("experts-8", _experts)],
     "more": [
         RealModel("bert", _bert),
         RealModel("gpt2", _gpt2),
