@@ -3,10 +3,14 @@ normalized text without run-dependent parts (for golden files). Pure text; no to
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
-__all__ = ["GraphCode", "Kernel", "normalize", "parse_wrapper"]
+__all__ = ["GraphCode", "Kernel", "module_level_size_symbols", "normalize", "parse_wrapper"]
+
+#: the names Inductor gives size symbols in a wrapper (``s0``, ``u1``; ``ks0`` is a kernel's argument)
+_SIZE_SYMBOL = re.compile(r"[su]\d+")
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,13 @@ def normalize(text: str) -> str:
     for pattern, replacement in _NORMALIZATIONS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def module_level_size_symbols(wrapper: str) -> set[str]:
+    """The size symbols the wrapper's module-level code reads: a wrapper that reads one fails with a ``NameError``
+    when it is loaded, since symbols are bound only inside ``call`` (from its inputs' sizes)."""
+    found = set()
+    for statement in ast.parse(wrapper).body:
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found |= {n.id for n in ast.walk(statement) if isinstance(n, ast.Name) and _SIZE_SYMBOL.fullmatch(n.id)}
+    return found

@@ -350,18 +350,20 @@ class MemberTable:
         return MemberTableLayout.constant(self.pad_to, starts, numels, self.values)
 
     def __call__(
-        self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None, values: tuple[int, ...] | None = None
+        self, *tensors: torch.Tensor, numels: tuple[int, ...] | None = None, values: tuple[int, ...] | None = None,
+        byte_offsets: tuple[int, ...] | None = None,
     ) -> torch.Tensor:
         """The table for one call: ``tensors`` are slot 0 of every member (or one allocation of them all, see
         ``spans``), then slot 1 of every member, ...;
         ``numels``: the members' numels, for a table made without them (symbolic sizes); ``values``: the members'
-        values, for a table made without them (one of them is a symbol).
+        values, for a table made without them (one of them is a symbol); ``byte_offsets``: the members' offsets,
+        for a table made without them (regions of one allocation whose sizes are symbols).
 
         The ``aligned`` tensors' addresses are checked where a table is made for them (a call that finds its table
         checks nothing: the same addresses passed before). One that is not aligned is copied to memory that is, as
         Inductor's check before the call would have (``copy_misaligned_inputs``); such a table is made for this
         call only, and the copies live as long as the table returned (the wrapper's ``del`` after the launch)."""
-        key = ((numels, values), *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
+        key = ((numels, values, byte_offsets), *map(_data_ptr, tensors))  # map: ~25% less host time than a comprehension
         if self._on_cuda and _capturing():
             return self._for_capture_locked(key, tensors)
         slots = self._slots
@@ -387,7 +389,7 @@ class MemberTable:
         copies = self._aligned_copies(tensors, key)
         addresses = key[1:] if copies is None else tuple(map(_data_ptr, copies))
         slot = self._free_slot(slots)
-        self._write(slots, slot, [*self._constant_for(key[0]), *self._shifted(addresses)], device)
+        self._write(slots, slot, [*self._constant_for(key[0]), *self._shifted(addresses, key[0][2])], device)
         if copies is not None:  # this call's alone: not cached
             return self._holding(slots.tables[slot], copies)
         slots.recent[key] = slot
@@ -421,9 +423,10 @@ class MemberTable:
         table.optimus_ir_copies = copies
         return table
 
-    def _constant_for(self, sizes: tuple[tuple[int, ...] | None, tuple[int, ...] | None]) -> list[int]:
-        """The constant part of a call's table, from the call's ``(numels, values)`` where it gives them."""
-        numels, values = sizes
+    def _constant_for(self, sizes: tuple[tuple[int, ...] | None, ...]) -> list[int]:
+        """The constant part of a call's table, from the call's ``(numels, values, byte_offsets)`` where it gives
+        them."""
+        numels, values, _ = sizes
         if numels is None and values is None:
             return self.constant
         values = self.values if values is None else list(values)
@@ -474,13 +477,15 @@ class MemberTable:
         """How many addresses the table holds for a call given ``tensors`` tensors."""
         return tensors if self.spans is None else sum(self.spans)
 
-    def _shifted(self, addresses: tuple[object, ...]) -> list[object]:
-        """Each member's address in each slot, from the addresses of the tensors a call gives."""
+    def _shifted(self, addresses: tuple[object, ...], byte_offsets: tuple[int, ...] | None = None) -> list[object]:
+        """Each member's address in each slot, from the addresses of the tensors a call gives (and the offsets it
+        gives, where the table was made without them)."""
         if self.spans is not None:
             addresses = [address for address, span in zip(addresses, self.spans) for _ in range(span)]
-        if self.byte_offsets is None:
+        offsets = self.byte_offsets if byte_offsets is None else byte_offsets
+        if offsets is None:
             return list(addresses)
-        return [address + offset for address, offset in zip(addresses, self.byte_offsets)]
+        return [address + offset for address, offset in zip(addresses, offsets)]
 
     def _make_capture_buffers(self, device: torch.device, size: int, count: int | None = None) -> None:
 
@@ -511,7 +516,7 @@ class MemberTable:
                 "merged kernel; set OPTIMUS_IR=splitcat to turn the horizontal pass off for this program"
             )
         host, table = self._unused_capture_buffers.pop()
-        host.copy_(torch.tensor([*constant, *self._shifted(addresses)], dtype=torch.int64, device="cpu"))
+        host.copy_(torch.tensor([*constant, *self._shifted(addresses, key[0][2])], dtype=torch.int64, device="cpu"))
         if not _copy_outside_capture(table, host):
             table.copy_(host, non_blocking=True)  # captured: replays copy these (never rewritten) host values
         if copies is not None:

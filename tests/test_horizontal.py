@@ -504,7 +504,7 @@ def test_a_group_whose_own_inputs_and_outputs_are_above_the_peak_is_split_withou
     assert _fired(estimated) == _fired(report) and len(estimated.launches) == len(report.launches)
 
 
-def test_memory_estimates_beyond_the_budget_leave_stock_kernels_with_the_reason():
+def test_memory_estimates_beyond_the_budget_leave_stock_kernels_with_the_reason(matmuls_stay_cublas):
     # the four tanh are rejected whole without an estimate; with a budget of two estimates of the schedule
     # (before, and after merging the first half), the second half is not tried
     with mock.patch.object(merging, "peak_memory", wraps=merging.peak_memory) as estimates:
@@ -600,7 +600,7 @@ def test_an_aten_fallbacks_workspace_is_one_point_of_the_peak():
     assert [r for r in _rejected(larger) if "estimated peak memory" in r.detail and gradients <= set(r.nodes)]
 
 
-def test_buffers_the_wrapper_keeps_for_reuse_count_in_the_memory_check():
+def test_buffers_the_wrapper_keeps_for_reuse_count_in_the_memory_check(matmuls_stay_cublas):
     """Sixteen towers of Linear → LayerNorm → SiLU, ... after a shared MLP, concatenated. Inductor's wrapper keeps a
     dead tower buffer for the next tower's allocation of its size (``AllocateLine.plan``), and the final cat's
     buffer is allocated by the first tower's last matmul. Two towers' layer norms merged kept four such buffers
@@ -742,6 +742,17 @@ def test_member_table_takes_one_allocation_for_a_slot_of_views():
     values = table(x0, x1, whole).tolist()
     assert values[4:] == [x0.data_ptr(), x1.data_ptr(), whole.data_ptr(), whole.data_ptr() + 64]
     assert table(x0, x1, whole) is table(x0, x1, whole)  # cached by the three addresses
+
+
+def test_member_table_takes_byte_offsets_per_call_where_they_are_symbolic():
+    # one allocation of both members' outputs whose rows change with the batch: the second starts at 4 * rows bytes,
+    # given per call; the same addresses with other offsets are another table
+    table = MemberTable(None, None, pad_to=2, align=1, spans=[1, 1, 2])
+    x0, x1, whole = torch.zeros(16), torch.zeros(16), torch.zeros(32)
+    first = table(x0, x1, whole, numels=(8, 8), byte_offsets=(0, 0, 0, 32)).tolist()
+    assert first[-4:] == [x0.data_ptr(), x1.data_ptr(), whole.data_ptr(), whole.data_ptr() + 32]
+    second = table(x0, x1, whole, numels=(16, 16), byte_offsets=(0, 0, 0, 64)).tolist()
+    assert second[-4:] == [x0.data_ptr(), x1.data_ptr(), whole.data_ptr(), whole.data_ptr() + 64]
 
 
 def test_returned_outputs_give_the_member_table_their_one_allocation():
@@ -1294,12 +1305,12 @@ def test_a_table_made_while_a_graph_is_captured_is_filled_outside_the_graph(rela
         mock.patch.object(torch.cuda, "stream", return_value=contextlib.nullcontext()),
         mock.patch.object(torch.Tensor, "copy_", copy_),
     ):
-        filled = table._for_capture(((None, None), 7, 9), ())
+        filled = table._for_capture(((None, None, None), 7, 9), ())
     assert filled is device and device.tolist() == [0, 1024, 10, 20, 7, 9]
     host_row = ("MainThread", False)
     expected = ("optimus_ir-member-table", False) if relaxed else ("MainThread", True)
     assert copies == [host_row, expected]
-    assert table._for_capture(((None, None), 7, 9), ()) is filled  # the same addresses: the same table
+    assert table._for_capture(((None, None, None), 7, 9), ()) is filled  # the same addresses: the same table
 
 
 def test_a_table_captured_with_a_misaligned_input_belongs_to_that_capture_alone():
@@ -1310,7 +1321,7 @@ def test_a_table_captured_with_a_misaligned_input_belongs_to_that_capture_alone(
     misaligned = storage[1:11]
     table._unused_capture_buffers = [(torch.zeros(6, dtype=torch.int64), torch.zeros(6, dtype=torch.int64))
                                      for _ in range(2)]
-    key = ((None, None), aligned.data_ptr(), misaligned.data_ptr())  # (no numels or values given per call)
+    key = ((None, None, None), aligned.data_ptr(), misaligned.data_ptr())  # (no numels, values or offsets given per call)
     with mock.patch.object(runtime, "_copy_outside_capture", lambda table, host: table.copy_(host) is not None):
         first = table._for_capture(key, (aligned, misaligned))
         second = table._for_capture(key, (aligned, misaligned))

@@ -116,3 +116,23 @@ def test_split_chain_backward_in_bf16_folds_pieces_that_read_buffers_of_undecide
     with enabled(), cpu_triton_interpreter():
         actual = torch.autograd.grad(torch.compile(loss)(x, *scales), scales)
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_dlrm_of_a_symbolic_batch_reads_no_size_symbol_outside_the_call(training):
+    # The bags of all tables are regions of one allocation [26, B, 64]: where each starts depends on the batch, so
+    # the member table is given those offsets per call; made when the module loads, it would read an unbound symbol
+    # (the virtual device never loads the module: this is what a GPU would fail on).
+    from optimus_ir.codegen_text import module_level_size_symbols
+    from optimus_ir.inspect import compile_report
+
+    model, inputs = WORKLOADS["dlrm"].make("tiny")
+    model.requires_grad_(training)
+    batch = WORKLOADS["dlrm"].configs["tiny"]["batch"]
+    for tensor in inputs:
+        torch._dynamo.mark_dynamic(tensor, tensor.shape.index(batch))
+    report = compile_report(model, inputs)
+    assert any(r.rule == "EmbeddingBagToSegmentSum" and r.fired for r in report.rewrites)
+    assert any("byte_offsets=(" in g.wrapper for g in report.graphs), "no table of regions: the case moved"
+    assert all(not module_level_size_symbols(g.wrapper) for g in report.graphs), [
+        module_level_size_symbols(g.wrapper) for g in report.graphs]

@@ -489,14 +489,18 @@ class MemberTableKernel(TritonKernel):
                     if storage is not None:
                         storages.add(storage)
         numels = [s.numel for s in self.structures]
-        options = f", byte_offsets={byte_offsets!r}" if any(byte_offsets) else ""
+        options = call_options = ""
+        if not index_math.is_static(byte_offsets):  # (regions of one allocation of symbolic sizes): known per call
+            call_options = f", byte_offsets=({''.join(wrapper.codegen_python_sizevar(o) + ', ' for o in byte_offsets)})"
+        elif any(byte_offsets):
+            options = f", byte_offsets={[int(o) for o in byte_offsets]!r}"
         if len(spans) < len(byte_offsets):
             options += f", spans={spans!r}"
-        call_options, total = "", str(self.total)
+        total = str(self.total)
         if self.symbolic:  # where members start is known per call: the table is filled from their numels
             exprs = [s.numel_expr for s in self.structures]
             options += f", align={self.align}"
-            call_options = f", numels=({''.join(wrapper.codegen_python_sizevar(e) + ', ' for e in exprs)})"
+            call_options += f", numels=({''.join(wrapper.codegen_python_sizevar(e) + ', ' for e in exprs)})"
             total = wrapper.codegen_python_sizevar(self.total_expr)
             numels = None
         values = [v for values in self.member_values.values() for v in values]
