@@ -10,7 +10,8 @@ its backward each group their own products (the backward's are those of the forw
 
 Depth: a product's depth is the longest chain of products among its ancestors; products of one depth are
 independent, so each depth of a stack of towers is one launch. Products that a graph computes in one cuBLAS call
-near the device's peak (over ``MAX_MEMBER_MACS`` multiply-adds) stay cuBLAS calls.
+near the device's peak (over ``MAX_MEMBER_MACS`` multiply-adds; ``MAX_MEMBER_MACS_IEEE_FP32`` for fp32 without TF32) stay
+cuBLAS calls.
 
 The grouped call is placed after the last of its members' inputs, and what reads a member's output after it; a
 group that would raise the graph's estimated peak (:func:`estimated_peak`) beyond ``OPTIMUS_IR_PEAK_TOLERANCE`` is
@@ -38,6 +39,9 @@ aten = torch.ops.aten
 #: a product of more multiply-adds than this is left to cuBLAS (at 2**26, about 4 us of an H100's fp32 rate: the
 #: launches saved are worth more below)
 MAX_MEMBER_MACS = 1 << 26
+#: the bound for fp32 products without TF32, where the kernel's IEEE dots ran at half cuBLAS's rate (an H100, 2048 x
+#: 128 x 256 products: 0.23 ms of GPU time grouped against cuBLAS's 0.16)
+MAX_MEMBER_MACS_IEEE_FP32 = 1 << 22
 #: the fewest members of a group
 MIN_MEMBERS = 2
 #: the size a symbol is taken to have where it has no hint
@@ -113,13 +117,18 @@ def member(node: torch.fx.Node) -> Member | str | None:
     relu = _sole_user(nodes[-1], aten.relu.default)
     if relu is not None:
         nodes.append(relu)
-    macs = _macs(node)
-    if macs > MAX_MEMBER_MACS:
-        return f"{node.name}: {macs} multiply-adds, over {MAX_MEMBER_MACS}: a cuBLAS call"
+    macs, bound = _macs(node), _max_macs(out.dtype)
+    if macs > bound:
+        return f"{node.name}: {macs} multiply-adds, over {bound}: a cuBLAS call"
     terms = _terms_of_sum(nodes[-1])
     if len(terms) >= 2 and (_one_small_reduction(terms) or sum(t.args[-2] is a for t in terms) >= 2):
         return None  # the sum rules' (SummedSmallMatmulsToOneReduction, SharedOperandMatmulsToOneMatmul)
     return Member(tuple(nodes), a, b, bias, "relu" if relu is not None else "none")
+
+
+def _max_macs(dtype: torch.dtype) -> int:
+    ieee = dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
+    return MAX_MEMBER_MACS_IEEE_FP32 if ieee else MAX_MEMBER_MACS
 
 
 def _macs(product: torch.fx.Node) -> int:
@@ -161,9 +170,11 @@ def _hint(size: Any) -> int:
 
 def groups(graph: torch.fx.Graph) -> tuple[list[list[Member]], list[tuple[torch.fx.Node, str]]]:
     """The graph's products grouped by depth and kind (dtype, device, activation, bias), in graph order; and the
-    products left out, each with the reason."""
+    products left out, each with the reason. A product computed as an earlier one was (a backward's equal weight
+    gradients) is left to ``RepeatedComputationToFirstValue``, which computes it once."""
     reach: dict[torch.fx.Node, int] = {}  # the most products on a path from the graph's inputs to the node
     found: dict[tuple[Any, ...], list[Member]] = {}
+    seen: set[tuple[Any, ...]] = set()
     left_out = []
     for node in graph.nodes:
         depth = max((reach[i] for i in node.all_input_nodes), default=0)
@@ -173,8 +184,18 @@ def groups(graph: torch.fx.Graph) -> tuple[list[list[Member]], list[tuple[torch.
             left_out.append((node, found_member))
         elif found_member is not None:
             reach[node] = depth + 1
-            found.setdefault((depth, *found_member.key()), []).append(found_member)
+            value = (_value_key(found_member.a), _value_key(found_member.b), found_member.bias, found_member.activation)
+            if value not in seen:
+                seen.add(value)
+                found.setdefault((depth, *found_member.key()), []).append(found_member)
     return [g for g in found.values() if len(g) >= MIN_MEMBERS], left_out
+
+
+def _value_key(node: Any) -> Any:
+    """``node``, or for a view the view op, its arguments and its base's key: equal for equal values."""
+    if isinstance(node, torch.fx.Node) and node.op == "call_function" and _is_view(node):
+        return node.target, _value_key(node.args[0]), tuple(map(_value_key, node.args[1:])), tuple(node.kwargs.items())
+    return node
 
 
 def _bytes(value: Any) -> int:
@@ -191,25 +212,41 @@ def _multi_output(node: torch.fx.Node) -> bool:
     return isinstance(_val(node), (list, tuple)) and any(u.target is operator.getitem for u in node.users)
 
 
+def _fused_away(node: torch.fx.Node) -> bool:
+    """Whether ``node`` holds no memory of its own: a pointwise or reduction op whose readers all are (Inductor fuses
+    it into them) or a cat (its kernel computes the piece); or a product only a cat reads (written into the cat)."""
+    def fusible(n: torch.fx.Node) -> bool:
+        tags = getattr(n.target, "tags", ())
+        return n.op == "call_function" and (torch.Tag.pointwise in tags or torch.Tag.reduction in tags)
+
+    def cat(n: torch.fx.Node) -> bool:
+        return n.op == "call_function" and n.target is aten.cat.default
+
+    if node.target in _PRODUCTS:
+        return bool(node.users) and all(map(cat, node.users))
+    return fusible(node) and all(fusible(u) or cat(u) for u in node.users)
+
+
 def estimated_peak(graph: torch.fx.Graph) -> int:
-    """The most bytes the graph's values hold at once: its inputs throughout (the caller holds them), each value
-    computed from when its node runs (a multi-output op's outputs, its ``getitem`` nodes, all at the op) until its
-    last reader or a view's of it runs."""
+    """The most bytes the graph's values hold at once, above its inputs (what a call's measured peak counts: the
+    caller holds the inputs already): each value Inductor keeps in memory (:func:`_fused_away`) from when its node
+    runs (a multi-output op's outputs, its ``getitem`` nodes, all at the op) until its last reader or a view's of it
+    runs. In the graph's order: Inductor's scheduler may hold less (fusing across readers) or more (reordering)."""
     nodes = list(graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
     owner: dict[torch.fx.Node, torch.fx.Node] = {}
     born, freed = [0] * len(nodes), [0] * (len(nodes) + 1)
-    live = 0
     for node in nodes:
-        if node.op == "placeholder":
-            live += _bytes(_val(node))
-        elif node.op == "call_function":
+        if node.op == "call_function":
             source = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
             if source is not None and _is_view(node):
                 owner[node] = owner.get(source, source)
-            elif not _multi_output(node):
+            elif not _multi_output(node) and not _fused_away(node):
                 owner[node] = node
                 made_by = source if node.target is operator.getitem and _multi_output(source) else node
+                if node.target is aten.cat.default:  # allocated where its first piece is written into it
+                    made_by = min((i for i in node.all_input_nodes if _fused_away(i)), key=position.__getitem__,
+                                  default=node)
                 born[position[made_by]] += _bytes(_val(node))
     last: dict[torch.fx.Node, int] = {}
     for node in nodes:
@@ -217,9 +254,9 @@ def estimated_peak(graph: torch.fx.Graph) -> int:
             if i in owner:
                 last[owner[i]] = len(nodes) if node.op == "output" else position[node]
     for node, end in last.items():
-        if owner.get(node) is node:  # (not a graph input: those stay)
+        if owner.get(node) is node:  # (not a graph input: the caller's)
             freed[end] += _bytes(_val(node))
-    peak = live
+    peak = live = 0
     for i in range(len(nodes)):
         live += born[i]
         peak = max(peak, live)
@@ -285,7 +322,7 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
 
     A product is ``mm(a, b)``, optionally followed by an add of a bias row that it alone reads, or ``addmm(bias, a,
     b)`` without alpha or beta; then a relu that it alone reads; on CUDA, fp32, fp16 or bf16; any sizes (symbols
-    too: the kernel reads them per call), of at most ``MAX_MEMBER_MACS`` multiply-adds at their hints.
+    too: the kernel reads them per call), of at most ``MAX_MEMBER_MACS`` multiply-adds at their hints (``MAX_MEMBER_MACS_IEEE_FP32`` in fp32 without TF32).
     """
 
     name = "IndependentMatmulsToGroupedMatmul"
@@ -305,12 +342,15 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
         for members in found:
             members = _mapped(members, replaced)
             kept, peaks = _within_peak(graph, members, outside_graph_pools)
-            names = [m.nodes[0].name for m in members]
             if len(kept) < len(members):
                 left = [m.nodes[0].name for m in members if m not in kept]
                 record(self.name, False, left, f"{len(left)} of {len(members)} products left apart: with them, the "
                        f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of {settings.peak_tolerance()}")
             if len(kept) < MIN_MEMBERS:
+                continue
+            if len(kept) == 2 and any(_read_by_cat(m) for m in kept):
+                record(self.name, False, [m.nodes[0].name for m in kept], "2 products a cat reads: Inductor writes "
+                       "them into the cat; grouped, they would be copied there (one launch for one saved)")
                 continue
             replaced.update(_grouped(graph, kept, outside_graph_pools))
             shapes = ", ".join(f"{_shape(m.a)}@{_shape(m.b)}" for m in kept[:4])
@@ -341,6 +381,10 @@ def _within_peak(graph: torch.fx.Graph, members: list[Member],
         low, high = (middle, high) if middle >= MIN_MEMBERS and peak(by_size[:middle]) <= ceiling else (low, middle - 1)
     kept = set(map(id, by_size[:low]))
     return [m for m in members if id(m) in kept], (before, with_all)
+
+
+def _read_by_cat(m: Member) -> bool:
+    return any(u.target is aten.cat.default for u in m.result.users)
 
 
 def _shape(node: torch.fx.Node) -> str:

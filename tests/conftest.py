@@ -18,3 +18,15 @@ def _optimus_ir_off_between_tests():
     yield
     optimus_ir.disable()
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def matmuls_stay_cublas():
+    """Products are not grouped (``IndependentMatmulsToGroupedMatmul`` off): for tests of what follows cuBLAS's
+    products, as Inductor lowers them."""
+    from unittest import mock
+
+    from optimus_ir.lowering.grouped_matmuls import IndependentMatmulsToGroupedMatmul
+
+    with mock.patch.object(IndependentMatmulsToGroupedMatmul, "rewrite", lambda self, graph: None):
+        yield
