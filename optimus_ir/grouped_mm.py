@@ -36,9 +36,8 @@ __all__ = ["ACTIVATIONS", "DTYPES", "OP", "blocks", "launch"]
 ACTIVATIONS = ("none", "relu")
 #: dtypes of members
 DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
-#: the member's values in its table, in row order (``MemberTableLayout.value_row``)
-_VALUES = ("m", "n", "k", "a_row", "a_col", "b_row", "b_col", "c_row")
-#: then the tensor slots, in row order (``MemberTableLayout.address_row``): a, b, the output, the bias (if any)
+# A member's row of the table (``MemberTableLayout``): its values m, n, k, a's strides, b's strides, the output's
+# row stride; then its addresses: a, b, the output, the bias (if any).
 #: the largest tile; smaller sizes take the next power of two, at least ``_MIN_BLOCK``
 _MAX_BLOCK_M, _MAX_BLOCK_N, _MIN_BLOCK = 64, 64, 16
 #: the K step: bytes of a row of operands per step, as Inductor's mm configs do (32 fp32 or 64 half values)
@@ -119,7 +118,7 @@ def _kernel(interpreted: bool):
 @functools.cache
 def _table(members: int, has_bias: bool, outside_graph_pools: bool):
     """The member table of calls of ``members`` members (shared by such calls: its tables are cached by
-    addresses). The kernel reads it as ``MemberTableLayout(members, pad_to, len(_VALUES))`` lays it out."""
+    addresses). The kernel reads it as ``MemberTableLayout`` lays it out (8 values a member)."""
     from optimus_ir.runtime import MemberTable
 
     return MemberTable(None, None, padded_members(members), align=1, outside_graph_pools=outside_graph_pools)
@@ -132,6 +131,7 @@ def launch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], bias: Sequence[
     import triton
     import triton.language as tl
 
+    _check(activation)
     members, dtype = len(a), a[0].dtype
     sizes = [(x.shape[0], w.shape[1], x.shape[1]) for x, w in zip(a, b)]
     block_m, block_n, block_k = blocks(*(max(s[i] for s in sizes) for i in range(3)), dtype)
@@ -154,6 +154,11 @@ def launch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], bias: Sequence[
     )
 
 
+def _check(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"grouped_mm: activation {activation!r}, not one of {ACTIVATIONS}")
+
+
 def _outputs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [x.new_empty((x.shape[0], w.shape[1])) for x, w in zip(a, b)]
 
@@ -171,12 +176,14 @@ def _cpu(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor |
 
     if triton.knobs.runtime.interpret:
         return _triton(a, b, bias, activation)
+    _check(activation)
     out = [torch.mm(x, w) if c is None else torch.addmm(c, x, w) for x, w, c in zip(a, b, bias)]
     return [torch.relu(y) for y in out] if activation == "relu" else out
 
 
 def _fake(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
           outside_graph_pools: bool = False) -> list[torch.Tensor]:
+    _check(activation)
     return _outputs(a, b)
 
 

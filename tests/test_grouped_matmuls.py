@@ -67,6 +67,8 @@ def test_op_without_the_interpreter_is_atens_products():
     got = grouped_mm.OP(a, b, c, "relu")
     torch.testing.assert_close(got[0], (a[0] @ b[0]).relu())
     torch.testing.assert_close(got[1], (a[1] @ b[1] + c[1]).relu())
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        grouped_mm.OP(a, b, c, "gelu")
 
 
 def _inputs(rows: int = 1024) -> tuple[torch.Tensor, ...]:
