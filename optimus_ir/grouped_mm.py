@@ -133,14 +133,12 @@ def launch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], bias: Sequence[
 
     _check(activation)
     members, dtype = len(a), a[0].dtype
-    sizes = [(x.shape[0], w.shape[1], x.shape[1]) for x, w in zip(a, b)]
-    block_m, block_n, block_k = blocks(*(max(s[i] for s in sizes) for i in range(3)), dtype)
-    tiles = tuple(triton.cdiv(m, block_m) * triton.cdiv(n, block_n) for m, n, _ in sizes)
-    values = (
-        *(s[0] for s in sizes), *(s[1] for s in sizes), *(s[2] for s in sizes),
-        *(x.stride(0) for x in a), *(x.stride(1) for x in a), *(w.stride(0) for w in b), *(w.stride(1) for w in b),
-        *(y.stride(0) for y in out),
-    )
+    # the host's share of a call: few calls per member (``triton.cdiv``, a JIT function, took 2 us a call)
+    (ms, ks), ns = zip(*(x.shape for x in a)), [w.shape[1] for w in b]
+    block_m, block_n, block_k = blocks(max(ms), max(ns), max(ks), dtype)
+    tiles = tuple(-(-m // block_m) * -(-n // block_n) for m, n in zip(ms, ns))
+    (a_row, a_col), (b_row, b_col) = zip(*(x.stride() for x in a)), zip(*(w.stride() for w in b))
+    values = (*ms, *ns, *ks, *a_row, *a_col, *b_row, *b_col, *(y.stride(0) for y in out))
     has_bias = bias[0] is not None
     tensors = (*a, *b, *out, *(bias if has_bias else ()))
     table = _table(members, has_bias, outside_graph_pools)(*tensors, numels=tiles, values=values)
