@@ -25,7 +25,7 @@ import operator
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import size_hint
+from torch.fx.experimental.symbolic_shapes import size_hint, statically_known_true
 from torch.utils._pytree import tree_leaves
 
 from optimus_ir import grouped_mm, settings
@@ -264,23 +264,56 @@ def estimated_peak(graph: torch.fx.Graph) -> int:
     return peak
 
 
+def cat_of(members: list[Member]) -> tuple[torch.fx.Node, list[Member]] | None:
+    """The cat that alone reads every member's result, side by side along the columns and nothing else, with the
+    members in its order; None where there is none or the members' row counts are not proven equal."""
+    cats = {u for m in members for u in m.result.users}
+    if len(cats) != 1 or any(len(m.result.users) != 1 for m in members):
+        return None
+    cat = cats.pop()
+    if cat.target is not aten.cat.default or cat.kwargs or len(cat.args[0]) != len(members):
+        return None
+    if (cat.args[1] if len(cat.args) > 1 else 0) not in (1, -1) or len(_val(cat).shape) != 2:
+        return None
+    by_result = {m.result: m for m in members}
+    if set(cat.args[0]) != set(by_result):
+        return None
+    rows = [_val(m.a).shape[0] for m in members]
+    if not all(statically_known_true(r == rows[0]) for r in rows[1:]):
+        return None
+    return cat, [by_result[r] for r in cat.args[0]]
+
+
 def _grouped(graph: torch.fx.Graph, members: list[Member], outside_graph_pools: bool) -> dict[Any, Any]:
-    """Replace ``members`` by one grouped call and its ``getitem`` per member, then sort the graph; returns each
-    member's result's replacement."""
+    """Replace ``members`` by one grouped call, then sort the graph; returns what replaces each node others read.
+    Where one cat reads all the members' results (:func:`cat_of`), the call writes the cat (``grouped_mm_cat``);
+    else a ``getitem`` of the call replaces each member's result."""
     order = {node: i for i, node in enumerate(graph.nodes)}
     inputs = [i for m in members for i in (m.a, m.b, m.bias) if i is not None]
+    side_by_side = cat_of(members)
+    if side_by_side is not None:
+        members = side_by_side[1]
+    op = grouped_mm.OP if side_by_side is None else grouped_mm.CAT_OP
     args = ([m.a for m in members], [m.b for m in members], [m.bias for m in members], members[0].activation,
             outside_graph_pools)
     with graph.inserting_after(max(inputs, key=order.__getitem__)):
-        call = graph.call_function(grouped_mm.OP, args)
-    call.meta["val"] = grouped_mm.OP(*torch.fx.node.map_arg(args, _val))
-    previous, replaced = call, {}
-    for i, m in enumerate(members):
-        with graph.inserting_after(previous):
-            item = previous = graph.call_function(operator.getitem, (call, i))
-        item.meta["val"] = call.meta["val"][i]
-        m.result.replace_all_uses_with(item)
-        replaced[m.result] = item
+        call = graph.call_function(op, args)
+    call.meta["val"] = op(*torch.fx.node.map_arg(args, _val))
+    replaced: dict[Any, Any] = {}
+    if side_by_side is not None:
+        cat = side_by_side[0]
+        cat.replace_all_uses_with(call)
+        graph.erase_node(cat)
+        replaced[cat] = call
+    else:
+        previous = call
+        for i, m in enumerate(members):
+            with graph.inserting_after(previous):
+                item = previous = graph.call_function(operator.getitem, (call, i))
+            item.meta["val"] = call.meta["val"][i]
+            m.result.replace_all_uses_with(item)
+            replaced[m.result] = item
+    for m in members:
         for node in reversed(m.nodes):
             graph.erase_node(node)
     from torch._inductor.pattern_matcher import stable_topological_sort
@@ -348,7 +381,8 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
                        f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of {settings.peak_tolerance()}")
             if len(kept) < MIN_MEMBERS:
                 continue
-            if len(kept) == 2 and any(_read_by_cat(m) for m in kept):
+            into_cat = cat_of(kept) is not None
+            if len(kept) == 2 and any(_read_by_cat(m) for m in kept) and not into_cat:
                 record(self.name, False, [m.nodes[0].name for m in kept], "2 products a cat reads: Inductor writes "
                        "them into the cat; grouped, they would be copied there (one launch for one saved)")
                 continue
@@ -356,8 +390,9 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
             shapes = ", ".join(f"{_shape(m.a)}@{_shape(m.b)}" for m in kept[:4])
             more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
             bias = " + bias" if kept[0].bias is not None else ""
+            into = ", written into the cat that reads them" if into_cat else ""
             record(self.name, True, [m.nodes[0].name for m in kept],
-                   f"{len(kept)} products ({shapes}{more}){bias}, {kept[0].activation} → one grouped_mm launch")
+                   f"{len(kept)} products ({shapes}{more}){bias}, {kept[0].activation} → one grouped_mm launch{into}")
 
 
 def _within_peak(graph: torch.fx.Graph, members: list[Member],

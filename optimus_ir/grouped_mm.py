@@ -1,11 +1,14 @@
 """``optimus_ir::grouped_mm``: independent matrix products in one launch.
 
     grouped_mm(a, b, bias, activation, outside_graph_pools)[i] = activation(a[i] @ b[i] + bias[i])
+    grouped_mm_cat(a, b, bias, activation, outside_graph_pools) = torch.cat(grouped_mm(...), 1)
 
 ``a[i]`` is ``[M_i, K_i]``, ``b[i]`` ``[K_i, N_i]`` (any strides: a transposed weight or gradient is read in
 place), ``bias[i]`` None or a row of ``N_i`` values; every member of one dtype (fp32, fp16 or bf16) and device;
 ``activation`` ``"none"`` or ``"relu"``; ``outside_graph_pools``: the call runs under cudagraph trees
-(``mode="reduce-overhead"``), whose memory pools the member tables must stay out of. Each output is a new contiguous ``[M_i, N_i]`` tensor of that dtype.
+(``mode="reduce-overhead"``), whose memory pools the member tables must stay out of. Each output is a new
+contiguous ``[M_i, N_i]`` tensor of that dtype; ``grouped_mm_cat``'s (members of one ``M``) one ``[M, sum(N_i)]``
+tensor whose columns each member writes.
 
 On a CUDA device one Triton kernel computes every member: each program computes one ``BLOCK_M x BLOCK_N`` tile of
 one member's output, the members' tiles end to end along the grid. Where a member's tiles start, its sizes and
@@ -30,7 +33,7 @@ import torch
 
 from optimus_ir.member_table import padded_members
 
-__all__ = ["ACTIVATIONS", "DTYPES", "OP", "blocks", "launch"]
+__all__ = ["ACTIVATIONS", "CAT_OP", "DTYPES", "OP", "blocks", "launch"]
 
 #: activations the op applies to its fp32 accumulator
 ACTIVATIONS = ("none", "relu")
@@ -46,7 +49,11 @@ _NUM_WARPS, _NUM_STAGES = 4, 3
 
 _LIBRARY = torch.library.Library("optimus_ir", "DEF")  # noqa: TOR901 (the op's schema, defined once)
 _LIBRARY.define("grouped_mm(Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False) -> Tensor[]")
+_LIBRARY.define("grouped_mm_cat(Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False) -> Tensor")
 OP = torch.ops.optimus_ir.grouped_mm.default
+#: the members' outputs side by side, ``torch.cat(grouped_mm(...), 1)`` (members of one row count): each member's
+#: tiles written into its columns, no copy
+CAT_OP = torch.ops.optimus_ir.grouped_mm_cat.default
 
 
 def _next_power_of_two(n: int) -> int:
@@ -185,6 +192,38 @@ def _fake(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor 
     return _outputs(a, b)
 
 
+def _side_by_side(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The output of ``grouped_mm_cat`` and each member's columns of it."""
+    widths = [w.shape[1] for w in b]
+    whole = a[0].new_empty((a[0].shape[0], sum(widths)))
+    return whole, list(whole.split(widths, 1))
+
+
+def _triton_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+                outside_graph_pools: bool = False) -> torch.Tensor:
+    whole, columns = _side_by_side(a, b)
+    launch(a, b, bias, activation, columns, outside_graph_pools)
+    return whole
+
+
+def _cpu_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+             outside_graph_pools: bool = False) -> torch.Tensor:
+    import triton
+
+    if triton.knobs.runtime.interpret:
+        return _triton_cat(a, b, bias, activation)
+    return torch.cat(_cpu(a, b, bias, activation), 1)
+
+
+def _fake_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
+              outside_graph_pools: bool = False) -> torch.Tensor:
+    _check(activation)
+    return _side_by_side(a, b)[0]
+
+
 _LIBRARY.impl("grouped_mm", _triton, "CUDA")
 _LIBRARY.impl("grouped_mm", _cpu, "CPU")
 torch.library.register_fake("optimus_ir::grouped_mm", _fake, lib=_LIBRARY)
+_LIBRARY.impl("grouped_mm_cat", _triton_cat, "CUDA")
+_LIBRARY.impl("grouped_mm_cat", _cpu_cat, "CPU")
+torch.library.register_fake("optimus_ir::grouped_mm_cat", _fake_cat, lib=_LIBRARY)

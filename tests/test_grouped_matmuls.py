@@ -3,6 +3,7 @@ interpreter (dtypes, ragged sizes, members of different K, a shared input, trans
 groups on the virtual sm_90 device (a depth per launch, forward and backward, symbolic batches), what it leaves
 apart and why (large products, the peak), and a compiled model's numerics against eager."""
 
+import contextlib
 import re
 
 import pytest
@@ -17,6 +18,7 @@ from optimus_ir.records import recording
 
 RULE = "IndependentMatmulsToGroupedMatmul"
 GROUPED = "torch.ops.optimus_ir.grouped_mm.default"
+GROUPED_CAT = "torch.ops.optimus_ir.grouped_mm_cat.default"
 #: relative error bounds against fp64, by dtype (fp32 without TF32)
 BOUNDS = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
@@ -61,6 +63,20 @@ def test_kernel_computes_every_member_of_other_sizes_in_the_interpreter(dtype, b
             assert _relative_error(y, expected) < BOUNDS[dtype]
 
 
+@pytest.mark.parametrize("interpreted", [True, False], ids=["interpreter", "aten"])
+def test_cat_form_writes_each_member_into_its_columns(interpreted):
+    # members of one row count and other widths (one transposed): the output is their cat along the columns
+    torch.manual_seed(0)
+    a = [torch.randn(37, 9), torch.randn(37, 70), torch.randn(5, 37).t()]
+    b = [torch.randn(9, 20), torch.randn(3, 70).t(), torch.randn(5, 17)]
+    c = [torch.randn(20), torch.randn(3), torch.randn(17)]
+    with cpu_triton_interpreter() if interpreted else contextlib.nullcontext():
+        got = grouped_mm.CAT_OP(a, b, c, "relu")
+    expected = torch.cat([(x.double() @ w.double() + row.double()).relu() for x, w, row in zip(a, b, c)], 1)
+    assert got.shape == (37, 40) and got.is_contiguous()
+    assert _relative_error(got, expected) < BOUNDS[torch.float32]
+
+
 def test_op_without_the_interpreter_is_atens_products():
     torch.manual_seed(0)
     a, b, c = [torch.randn(8, 4)] * 2, [torch.randn(4, 3), torch.randn(4, 5)], [None, torch.randn(5)]
@@ -87,15 +103,17 @@ def test_training_groups_the_products_whose_grouping_keeps_the_estimated_peak():
     report = compile_report(model, _inputs(), passes="all")
     forward, backward = report.graphs
     assert len(stock.graphs[0].launches) == 48 and len(stock.graphs[1].launches) == 128
-    # the first layers' outputs are saved for the backward either way: one grouped call, bias and relu in it
-    first, *more = _fired(report)
-    assert forward.launches.count(GROUPED) == 1 and first.detail.startswith("16 products (1024x32@32x64")
-    assert "+ bias, relu" in first.detail
-    # the second layers' outputs: Inductor writes them into the cat one by one; grouped, all 16 held at once
+    # the first layers' outputs are saved for the backward either way: one grouped call, bias and relu in it; the
+    # second layers' written side by side into the towers' cat, where stock writes each of them
+    assert forward.launches == [GROUPED, GROUPED_CAT]
+    first, second, *more = _fired(report)
+    assert first.detail.startswith("16 products (1024x32@32x64") and "+ bias, relu" in first.detail
+    assert second.detail.startswith("16 products (1024x64@64x16")
+    assert second.detail.endswith("written into the cat that reads them")
+    # the backward: the second layers' weight gradients grouped (their inputs live anyway); the input gradients,
+    # and the first layers' weight gradients, would hold every tower's incoming gradient at once
     apart = [r.detail for r in report.rewrites if r.rule == RULE and not r.fired]
-    assert apart[0].startswith("16 of 16 products left apart") and "estimated peak" in apart[0]
-    # the backward: the second layers' weight gradients grouped (their inputs live anyway); the first layers' would
-    # hold every incoming gradient at once
+    assert apart[0].startswith("16 of 32 products left apart") and "estimated peak" in apart[0]
     assert [r.detail.split(" (")[0] for r in more] == ["16 products"] and "16x1024@1024x64" in more[0].detail
     assert backward.launches.count(GROUPED) == 1 and len(backward.launches) < len(stock.graphs[1].launches)
 
@@ -112,7 +130,7 @@ def test_inference_keeps_stocks_peak_unless_the_tolerance_allows_more(monkeypatc
         "of 0.01"] * 2
     monkeypatch.setenv("OPTIMUS_IR_PEAK_TOLERANCE", "10")
     report = compile_report(model, _inputs(), passes="all")
-    assert report.launches == [GROUPED, GROUPED, "triton_poi_fused_cat_0"]
+    assert report.launches == [GROUPED, GROUPED_CAT]
 
 
 def test_symbolic_batch_groups_the_same_products():
@@ -145,3 +163,16 @@ def test_compiled_towers_match_eager_in_the_interpreter_forward_and_backward():
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     for got, want in zip(model.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_products_a_cat_reads_are_written_into_it():
+    # stock writes each product into the cat's buffer (no copy); grouped, one launch writes them all there
+    def fn(a, b, w):
+        return torch.cat([a @ w, b @ w], 1)
+
+    inputs = (torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 16))
+    stock = compile_report(fn, inputs, passes=None)
+    report = compile_report(fn, inputs, passes="all")
+    assert stock.launches == ["extern_kernels.mm", "extern_kernels.mm"] and report.launches == [GROUPED_CAT]
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        torch.testing.assert_close(torch.compile(fn)(*inputs), fn(*inputs), atol=1e-5, rtol=1e-5)

@@ -360,7 +360,7 @@ def test_slice_promotes_like_the_cat():
     assert _one(records, SLICE).fired and actual.dtype == torch.float32
 
 
-def test_slice_of_a_cat_of_kernel_outputs_reads_the_output_in_place():
+def test_slice_of_a_cat_of_kernel_outputs_reads_the_output_in_place(matmuls_stay_cublas):
     # the mm outputs are written straight into the cat (a ConcatKernel); the slice reads the first one, which
     # still lives in the cat's buffer: the cat is kept, nothing is copied
     def fn(a, b, w):
