@@ -128,7 +128,8 @@ def test_real_default_set_is_issue_30s_and_only_picks_from_every_set():
     assert [m.name for m in real_models.select("issue30", None)] == [
         "hetero-sage", "shufflenet-v2", "inception-v3", "mixnet-s", "mixtral-moe", "dlrm-26"]
     assert [m.name for m in real_models.select("issue30", ["bert", "dlrm-26"])] == ["dlrm-26", "bert"]
-    assert len(real_models.select("all", None)) == 24  # hetero-sage is of two sets, and there once
+    assert len(real_models.select("all", None)) == 26  # hetero-sage is of two sets, and there once
+    assert [m.name for m in real_models.select("layers", None)] == ["towers-16", "experts-8"]
     assert [m.name for m in real_models.select("gnn", ["hetero-sage"])] == ["hetero-sage"]
     assert [m.name for m in real_models.select("issue33", None)] == [
         "seed-48x4", "seed-96x8", "seed-192x16", "seed-48x4-bf16", "seed-48x4-unequal", "seed-16x4-bf16-unequal"
