@@ -9,13 +9,13 @@ there. The rule runs on the post-grad graph, once per graph Inductor compiles: s
 its backward each group their own products (the backward's are those of the forward's transposed operands).
 
 Depth: a product's depth is the longest chain of products among its ancestors; products of one depth are
-independent, so each depth of a stack of towers is one launch. Products that a graph computes in one cuBLAS call
-near the device's peak (over ``MAX_MEMBER_MACS`` multiply-adds; ``MAX_MEMBER_MACS_IEEE_FP32`` for fp32 without TF32) stay
-cuBLAS calls.
+independent, so each depth of a stack of towers is one launch. Products that cuBLAS computes near the device's
+peak (over ``MAX_MEMBER_MACS`` multiply-adds; ``MAX_MEMBER_MACS_IEEE_FP32`` in fp32 without TF32) stay cuBLAS calls.
 
-The grouped call is placed after the last of its members' inputs, and what reads a member's output after it; a
-group that would raise the graph's estimated peak (:func:`estimated_peak`) beyond ``OPTIMUS_IR_PEAK_TOLERANCE`` is
-not made.
+The grouped call is placed after the last of its members' inputs, and what reads a member's output after it; where
+one cat reads all their outputs side by side, the call writes the cat (``grouped_mm_cat``). A group that would
+raise the graph's estimated peak (:func:`estimated_peak`) beyond ``OPTIMUS_IR_PEAK_TOLERANCE`` keeps the members
+that fit.
 """
 
 from __future__ import annotations
@@ -353,9 +353,14 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
         getitem = grouped_mm[0]                        # relu's readers read this
         getitem_1 = grouped_mm[1]
 
+    The towers' second layers, which one cat reads side by side (``cat([addmm_2, addmm_3], 1)``), become
+    ``grouped_mm_cat([relu, relu_1], [permute_2, permute_3], [b2, b3], "none", False)``: the cat, written by the
+    call.
+
     A product is ``mm(a, b)``, optionally followed by an add of a bias row that it alone reads, or ``addmm(bias, a,
     b)`` without alpha or beta; then a relu that it alone reads; on CUDA, fp32, fp16 or bf16; any sizes (symbols
-    too: the kernel reads them per call), of at most ``MAX_MEMBER_MACS`` multiply-adds at their hints (``MAX_MEMBER_MACS_IEEE_FP32`` in fp32 without TF32).
+    too: the kernel reads them per call), of at most ``MAX_MEMBER_MACS`` multiply-adds at their hints
+    (``MAX_MEMBER_MACS_IEEE_FP32`` in fp32 without TF32).
     """
 
     name = "IndependentMatmulsToGroupedMatmul"
@@ -378,7 +383,8 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
             if len(kept) < len(members):
                 left = [m.nodes[0].name for m in members if m not in kept]
                 record(self.name, False, left, f"{len(left)} of {len(members)} products left apart: with them, the "
-                       f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of {settings.peak_tolerance()}")
+                       f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of "
+                       f"{settings.peak_tolerance()}")
             if len(kept) < MIN_MEMBERS:
                 continue
             into_cat = cat_of(kept) is not None

@@ -48,8 +48,9 @@ _BLOCK_K_BYTES = 128
 _NUM_WARPS, _NUM_STAGES = 4, 3
 
 _LIBRARY = torch.library.Library("optimus_ir", "DEF")  # noqa: TOR901 (the op's schema, defined once)
-_LIBRARY.define("grouped_mm(Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False) -> Tensor[]")
-_LIBRARY.define("grouped_mm_cat(Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False) -> Tensor")
+_ARGS = "Tensor[] a, Tensor[] b, Tensor?[] bias, str activation, bool outside_graph_pools=False"
+_LIBRARY.define(f"grouped_mm({_ARGS}) -> Tensor[]")
+_LIBRARY.define(f"grouped_mm_cat({_ARGS}) -> Tensor")
 OP = torch.ops.optimus_ir.grouped_mm.default
 #: the members' outputs side by side, ``torch.cat(grouped_mm(...), 1)`` (members of one row count): each member's
 #: tiles written into its columns, no copy
