@@ -100,7 +100,7 @@ def member(node: torch.fx.Node) -> Member | str | None:
     if out is None or not triton_kernels(out.device):  # (the CPU's C++ kernels: not a candidate at all)
         return None
     if out.dtype not in grouped_mm.DTYPES:
-        return f"{node.name}: {out.dtype}, where products are grouped in fp32, fp16 or bf16"
+        return f"{out.dtype}, where products are grouped in fp32, fp16 or bf16"
     nodes, bias = [node], None
     if node.target is aten.addmm.default:
         if len(node.args) != 3 or node.kwargs:
@@ -119,7 +119,7 @@ def member(node: torch.fx.Node) -> Member | str | None:
         nodes.append(relu)
     macs, bound = _macs(node), _max_macs(out.dtype)
     if macs > bound:
-        return f"{node.name}: {macs} multiply-adds, over {bound}: a cuBLAS call"
+        return f"{macs} multiply-adds, over {bound}: a cuBLAS call"
     terms = _terms_of_sum(nodes[-1])
     if len(terms) >= 2 and (_one_small_reduction(terms) or sum(t.args[-2] is a for t in terms) >= 2):
         return None  # the sum rules' (SummedSmallMatmulsToOneReduction, SharedOperandMatmulsToOneMatmul)
@@ -203,8 +203,7 @@ def _bytes(value: Any) -> int:
 
 
 def _is_view(node: torch.fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+    return getattr(node.target, "is_view", False)
 
 
 def _multi_output(node: torch.fx.Node) -> bool:
