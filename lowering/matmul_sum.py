@@ -35,7 +35,7 @@ _MIN_MATMULS = 2
 #: the most multiply-adds of a sum taken as one reduction: each output loads its operands' rows and columns again
 #: where cuBLAS reuses them in registers. Up to here the reduction takes about the device time of cuBLAS's products
 #: and their add, in one launch where they take several; past it up to 4x theirs
-#: (``benchmarks/results/2026-12-06/h100_runs/run2_matmul_sum_cost/``)
+#: (measured on an H100, 2026-12-06: benchmarks/results/HISTORY.md)
 MAX_REDUCTION_PRODUCTS = 1 << 25
 #: the longest inner dimension taken as a reduction (a loop per output where cuBLAS splits it)
 MAX_REDUCTION_INNER = 512
