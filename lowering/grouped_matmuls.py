@@ -69,6 +69,49 @@ class Member:
         value = _val(self.nodes[0])
         return value.dtype, value.device, self.activation, self.bias is not None
 
+    def mapped(self, nodes: dict[Any, Any]) -> Member:
+        """This product with its nodes replaced where ``nodes`` says (a graph's copy; an earlier group's results)."""
+        def mapped(n: Any) -> Any:
+            return nodes.get(n, n)
+
+        return Member(tuple(map(mapped, self.nodes)), mapped(self.a), mapped(self.b), mapped(self.bias),
+                      self.activation)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """Two products of one member, the second reading the first's result alone: a tower's two layers."""
+
+    first: Member
+    second: Member
+
+    @property
+    def nodes(self) -> tuple[torch.fx.Node, ...]:
+        return self.first.nodes + self.second.nodes
+
+    @property
+    def a(self) -> torch.fx.Node:
+        return self.first.a
+
+    @property
+    def result(self) -> torch.fx.Node:
+        return self.second.result
+
+    def mapped(self, nodes: dict[Any, Any]) -> Chain:
+        return Chain(self.first.mapped(nodes), self.second.mapped(nodes))
+
+
+def _call(members: list[Member] | list[Chain], into_cat: bool,
+          outside_graph_pools: bool) -> tuple[torch._ops.OpOverload, tuple[Any, ...]]:
+    """The op and arguments of one call computing ``members``."""
+    layers = [[m.first for m in members], [m.second for m in members]] if isinstance(members[0], Chain) else [members]
+    args = tuple(x for layer in layers for x in ([m.b for m in layer], [m.bias for m in layer], layer[0].activation))
+    if len(layers) == 2:
+        op = grouped_mm.MLP_CAT_OP if into_cat else grouped_mm.MLP_OP
+    else:
+        op = grouped_mm.CAT_OP if into_cat else grouped_mm.OP
+    return op, ([m.a for m in members], *args, outside_graph_pools)
+
 
 def _val(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
@@ -263,7 +306,7 @@ def estimated_peak(graph: torch.fx.Graph) -> int:
     return peak
 
 
-def cat_of(members: list[Member]) -> tuple[torch.fx.Node, list[Member]] | None:
+def cat_of(members: list[Any]) -> tuple[torch.fx.Node, list[Any]] | None:
     """The cat that alone reads every member's result, side by side along the columns and nothing else, with the
     members in its order; None where there is none or the members' row counts are not proven equal."""
     cats = {u for m in members for u in m.result.users}
@@ -283,18 +326,16 @@ def cat_of(members: list[Member]) -> tuple[torch.fx.Node, list[Member]] | None:
     return cat, [by_result[r] for r in cat.args[0]]
 
 
-def _grouped(graph: torch.fx.Graph, members: list[Member], outside_graph_pools: bool) -> dict[Any, Any]:
+def _grouped(graph: torch.fx.Graph, members: list[Member] | list[Chain], outside_graph_pools: bool) -> dict[Any, Any]:
     """Replace ``members`` by one grouped call, then sort the graph; returns what replaces each node others read.
-    Where one cat reads all the members' results (:func:`cat_of`), the call writes the cat (``grouped_mm_cat``);
-    else a ``getitem`` of the call replaces each member's result."""
+    Where one cat reads all the members' results (:func:`cat_of`), the call writes the cat (``grouped_mm_cat``,
+    ``grouped_mlp_cat``); else a ``getitem`` of the call replaces each member's result."""
     order = {node: i for i, node in enumerate(graph.nodes)}
-    inputs = [i for m in members for i in (m.a, m.b, m.bias) if i is not None]
     side_by_side = cat_of(members)
     if side_by_side is not None:
         members = side_by_side[1]
-    op = grouped_mm.OP if side_by_side is None else grouped_mm.CAT_OP
-    args = ([m.a for m in members], [m.b for m in members], [m.bias for m in members], members[0].activation,
-            outside_graph_pools)
+    op, args = _call(members, side_by_side is not None, outside_graph_pools)
+    inputs = [i for i in tree_leaves(args) if isinstance(i, torch.fx.Node)]
     with graph.inserting_after(max(inputs, key=order.__getitem__)):
         call = graph.call_function(op, args)
     call.meta["val"] = op(*torch.fx.node.map_arg(args, _val))
@@ -327,13 +368,8 @@ def _copy(graph: torch.fx.Graph) -> tuple[torch.fx.Graph, dict[torch.fx.Node, to
     return copy, nodes
 
 
-def _mapped(members: list[Member], nodes: dict[Any, Any]) -> list[Member]:
-    """``members`` with their nodes replaced where ``nodes`` says (a graph's copy; an earlier group's results)."""
-    def mapped(n: Any) -> Any:
-        return nodes.get(n, n)
-
-    return [Member(tuple(map(mapped, m.nodes)), mapped(m.a), mapped(m.b), mapped(m.bias), m.activation)
-            for m in members]
+def _mapped(members: list[Any], nodes: dict[Any, Any]) -> list[Any]:
+    return [m.mapped(nodes) for m in members]
 
 
 class IndependentMatmulsToGroupedMatmul(GraphRule):
@@ -367,41 +403,107 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
     stage = Stage.POST_GRAD
 
     def rewrite(self, graph: torch.fx.Graph) -> None:
-        from torch._inductor import config
-
         found, left_out = groups(graph)
         for node, reason in left_out:
             record(self.name, False, [node.name], reason)
-        if not found:
-            return
-        outside_graph_pools = bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
-        replaced: dict[Any, Any] = {}
-        for members in found:
-            members = _mapped(members, replaced)
-            kept, peaks = _within_peak(graph, members, outside_graph_pools)
-            if len(kept) < len(members):
-                left = [m.nodes[0].name for m in members if m not in kept]
-                record(self.name, False, left, f"{len(left)} of {len(members)} products left apart: with them, the "
-                       f"estimated peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of "
-                       f"{settings.peak_tolerance()}")
-            if len(kept) < MIN_MEMBERS:
-                continue
-            into_cat = cat_of(kept) is not None
-            if len(kept) == 2 and any(_read_by_cat(m) for m in kept) and not into_cat:
-                record(self.name, False, [m.nodes[0].name for m in kept], "2 products a cat reads: Inductor writes "
-                       "them into the cat; grouped, they would be copied there (one launch for one saved)")
-                continue
-            replaced.update(_grouped(graph, kept, outside_graph_pools))
-            shapes = ", ".join(f"{_shape(m.a)}@{_shape(m.b)}" for m in kept[:4])
-            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
-            bias = " + bias" if kept[0].bias is not None else ""
-            into = ", written into the cat that reads them" if into_cat else ""
-            record(self.name, True, [m.nodes[0].name for m in kept],
-                   f"{len(kept)} products ({shapes}{more}){bias}, {kept[0].activation} → one grouped_mm launch{into}")
+        _rewrite_groups(self.name, graph, found)
 
 
-def _within_peak(graph: torch.fx.Graph, members: list[Member],
-                 outside_graph_pools: bool) -> tuple[list[Member], tuple[int, int]]:
+def _chains(found: list[list[Member]]) -> list[list[Chain]]:
+    """Of the groups of products, the groups of two-layer members (:class:`Chain`): a product of one group whose
+    left operand is the result of a product of another, which nothing else reads; its output at most
+    ``MAX_MLP_WIDTH`` wide. A product is in one chain at most (a deeper stack: its first two layers)."""
+    by_result = {m.result: m for group in found for m in group}
+    taken: set[int] = set()
+    chains = []
+    for group in found:
+        kinds: dict[tuple[Any, ...], list[Chain]] = {}
+        for second in group:
+            first = by_result.get(second.a)
+            if first is None or id(first) in taken or id(second) in taken or len(first.result.users) != 1:
+                continue
+            if statically_known_true(_val(second.result).shape[1] <= grouped_mm.MAX_MLP_WIDTH):
+                kinds.setdefault((first.key(), second.key()), []).append(Chain(first, second))
+        for kind in kinds.values():
+            if len(kind) >= MIN_MEMBERS:
+                taken.update(id(m) for chain in kind for m in (chain.first, chain.second))
+                chains.append(kind)
+    return chains
+
+
+class MatmulChainsToGroupedMlp(GraphRule):
+    """Two-layer members whose hidden activation nothing else reads → one ``grouped_mlp`` call, the hidden
+    activations kept in registers.
+
+    Before (two of 16 per-feature towers, inference; ``x_i [1024, 32]``)::
+
+        addmm = aten.addmm(b0, x0, permute)            # Linear(32, 64)
+        relu = aten.relu(addmm)
+        addmm_1 = aten.addmm(b1, relu, permute_1)      # Linear(64, 16)
+        addmm_2 = aten.addmm(b2, x1, permute_2)
+        relu_1 = aten.relu(addmm_2)
+        addmm_3 = aten.addmm(b3, relu_1, permute_3)
+        cat = aten.cat([addmm_1, addmm_3], 1)
+
+    After::
+
+        cat = optimus_ir.grouped_mlp_cat([x0, x1], [permute, permute_2], [b0, b2], "relu",
+                                         [permute_1, permute_3], [b1, b3], "none", False)
+
+    Grouping each depth apart (``IndependentMatmulsToGroupedMatmul``) would hold every member's hidden activation at
+    once, where stock holds one; here none is written. Each layer is a product of that rule's kind (bias, relu,
+    dtypes, sizes within its bounds); the second layer's output at most ``MAX_MLP_WIDTH`` columns. In a training
+    step the hidden activations are saved for the backward (read twice): not a chain, left to the per-depth rule.
+    """
+
+    name = "MatmulChainsToGroupedMlp"
+    pass_name = "horizontal"
+    stage = Stage.POST_GRAD
+
+    def rewrite(self, graph: torch.fx.Graph) -> None:
+        _rewrite_groups(self.name, graph, _chains(groups(graph)[0]))
+
+
+def _rewrite_groups(rule: str, graph: torch.fx.Graph, found: list[list[Member]] | list[list[Chain]]) -> None:
+    """Each group of ``found`` as one call, keeping those of its members that fit in the peak's tolerance."""
+    from torch._inductor import config
+
+    outside_graph_pools = bool(config.triton.cudagraphs and config.triton.cudagraph_trees)
+    replaced: dict[Any, Any] = {}
+    for members in found:
+        members = _mapped(members, replaced)
+        kept, peaks = _within_peak(graph, members, outside_graph_pools)
+        if len(kept) < len(members):
+            left = [m.nodes[0].name for m in members if m not in kept]
+            record(rule, False, left, f"{len(left)} of {len(members)} products left apart: with them, the estimated "
+                   f"peak {peaks[0]} -> {peaks[1]} bytes, over the tolerance of {settings.peak_tolerance()}")
+        if len(kept) < MIN_MEMBERS:
+            continue
+        into_cat = cat_of(kept) is not None
+        if len(kept) == 2 and any(_read_by_cat(m) for m in kept) and not into_cat:
+            record(rule, False, [m.nodes[0].name for m in kept], "2 products a cat reads: Inductor writes them into "
+                   "the cat; grouped, they would be copied there (one launch for one saved)")
+            continue
+        replaced.update(_grouped(graph, kept, outside_graph_pools))
+        record(rule, True, [m.nodes[0].name for m in kept], _described(kept, into_cat))
+
+
+def _described(members: list[Member] | list[Chain], into_cat: bool) -> str:
+    chains = isinstance(members[0], Chain)
+    layers = [[m.first for m in members], [m.second for m in members]] if chains else [members]
+    shapes = ", ".join(_shape(m.a) + "".join(f"@{_shape(layer[i].b)}" for layer in layers)
+                       for i, m in enumerate(members[:4]))
+    more = f" and {len(members) - 4} more" if len(members) > 4 else ""
+    steps = ", then".join(f"{' + bias' if layer[0].bias is not None else ''}, {layer[0].activation}"
+                          for layer in layers)
+    what = "two-layer members" if chains else "products"
+    op = "grouped_mlp launch, the hidden activations never written" if chains else "grouped_mm launch"
+    into = ", written into the cat that reads them" if into_cat else ""
+    return f"{len(members)} {what} ({shapes}{more}){steps} → one {op}{into}"
+
+
+def _within_peak(graph: torch.fx.Graph, members: list[Any],
+                 outside_graph_pools: bool) -> tuple[list[Any], tuple[int, int]]:
     """The most members, smallest products first, whose grouping keeps the graph's estimated peak within the
     tolerance; and the peak before and with all of them."""
     ceiling = (before := estimated_peak(graph)) * (1 + settings.peak_tolerance())

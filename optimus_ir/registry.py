@@ -15,7 +15,7 @@ from optimus_ir.lowering.embedding_bag import (
 )
 from optimus_ir.lowering.gram_entries import SelectedGramEntriesToDotProducts
 from optimus_ir.lowering.grouped_layer_norm import PieceLayerNormsToOneLayerNorm
-from optimus_ir.lowering.grouped_matmuls import IndependentMatmulsToGroupedMatmul
+from optimus_ir.lowering.grouped_matmuls import IndependentMatmulsToGroupedMatmul, MatmulChainsToGroupedMlp
 from optimus_ir.lowering.matmul_epilogue import MatmulBiasReluToAddmmActivation
 from optimus_ir.lowering.matmul_row_scale import RowScaledMatmulInputToScaledProduct
 from optimus_ir.lowering.matmul_sum import SharedOperandMatmulsToOneMatmul, SummedSmallMatmulsToOneReduction
@@ -44,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     # splitcat, Dynamo's graph
     PieceLayerNormsToOneLayerNorm(),
     # horizontal, each post-grad graph
+    MatmulChainsToGroupedMlp(),  # two layers a member; the products left: the next one
     IndependentMatmulsToGroupedMatmul(),
     # splitcat, lowering
     CatOfTilingSlicesToView(),

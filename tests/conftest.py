@@ -22,11 +22,12 @@ def _optimus_ir_off_between_tests():
 
 @pytest.fixture
 def matmuls_stay_cublas():
-    """Products are not grouped (``IndependentMatmulsToGroupedMatmul`` off): for tests of what follows cuBLAS's
-    products, as Inductor lowers them."""
+    """Products are not grouped (``IndependentMatmulsToGroupedMatmul`` and ``MatmulChainsToGroupedMlp`` off): for
+    tests of what follows cuBLAS's products, as Inductor lowers them."""
     from unittest import mock
 
-    from optimus_ir.lowering.grouped_matmuls import IndependentMatmulsToGroupedMatmul
+    from optimus_ir.lowering.grouped_matmuls import IndependentMatmulsToGroupedMatmul, MatmulChainsToGroupedMlp
 
-    with mock.patch.object(IndependentMatmulsToGroupedMatmul, "rewrite", lambda self, graph: None):
+    with (mock.patch.object(IndependentMatmulsToGroupedMatmul, "rewrite", lambda self, graph: None),
+          mock.patch.object(MatmulChainsToGroupedMlp, "rewrite", lambda self, graph: None)):
         yield

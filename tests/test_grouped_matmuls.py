@@ -1,4 +1,5 @@
-"""IndependentMatmulsToGroupedMatmul and ``optimus_ir::grouped_mm``: the kernel's numerics through Triton's
+"""IndependentMatmulsToGroupedMatmul, MatmulChainsToGroupedMlp and ``optimus_ir::grouped_mm`` / ``grouped_mlp``:
+the kernels' numerics through Triton's
 interpreter (dtypes, ragged sizes, members of different K, a shared input, transposed operands), what the rule
 groups on the virtual sm_90 device (a depth per launch, forward and backward, symbolic batches), what it leaves
 apart and why (large products, the peak), and a compiled model's numerics against eager."""
@@ -19,6 +20,9 @@ from optimus_ir.records import recording
 RULE = "IndependentMatmulsToGroupedMatmul"
 GROUPED = "torch.ops.optimus_ir.grouped_mm.default"
 GROUPED_CAT = "torch.ops.optimus_ir.grouped_mm_cat.default"
+CHAIN_RULE = "MatmulChainsToGroupedMlp"
+MLP = "torch.ops.optimus_ir.grouped_mlp.default"
+MLP_CAT = "torch.ops.optimus_ir.grouped_mlp_cat.default"
 #: relative error bounds against fp64, by dtype (fp32 without TF32)
 BOUNDS = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
@@ -77,6 +81,49 @@ def test_cat_form_writes_each_member_into_its_columns(interpreted):
     assert _relative_error(got, expected) < BOUNDS[torch.float32]
 
 
+@pytest.mark.parametrize("dtype", sorted(BOUNDS, key=str))
+@pytest.mark.parametrize("bias, activation", [(True, "relu"), (False, "none")])
+def test_two_layer_kernel_computes_every_member_in_the_interpreter(dtype, bias, activation):
+    torch.manual_seed(0)
+    # (m, k, hidden, n): ragged row blocks, hidden widths over one chunk and not a multiple of it, a member of K
+    # other than the others', an empty member, the widest output; transposed weights and a transposed input
+    sizes = [(37, 9, 100, 5), (70, 5, 17, 128), (0, 33, 8, 3), (64, 64, 64, 16)]
+    a = [torch.randn(m, k, dtype=dtype) if i != 1 else torch.randn(k, m, dtype=dtype).t()
+         for i, (m, k, _, _) in enumerate(sizes)]
+    b = [torch.randn(h, k, dtype=dtype).t() for _, k, h, _ in sizes]
+    b2 = [torch.randn(n, h, dtype=dtype).t() for _, _, h, n in sizes]
+    c = [torch.randn(w.shape[1], dtype=dtype) if bias else None for w in b]
+    c2 = [torch.randn(w.shape[1], dtype=dtype) if bias else None for w in b2]
+    out = [torch.full((x.shape[0], w.shape[1]), float("nan"), dtype=dtype) for x, w in zip(a, b2)]
+    with cpu_triton_interpreter():
+        grouped_mm.launch_mlp(a, b, c, "relu", b2, c2, activation, out)
+    for x, w, row, w2, row2, y in zip(a, b, c, b2, c2, out, strict=True):
+        # the hidden activation rounded to the dtype, as a stored one is
+        hidden = (x.double() @ w.double() + (0 if row is None else row.double())).relu().to(dtype).double()
+        expected = hidden @ w2.double() + (0 if row2 is None else row2.double())
+        expected = expected.relu() if activation == "relu" else expected
+        assert not y.isnan().any()
+        if y.numel():
+            assert _relative_error(y, expected) < BOUNDS[dtype]
+
+
+@pytest.mark.parametrize("interpreted", [True, False], ids=["interpreter", "aten"])
+def test_two_layer_cat_form_writes_each_member_into_its_columns(interpreted):
+    torch.manual_seed(0)
+    a = [torch.randn(37, 9), torch.randn(37, 70)]
+    b, b2 = [torch.randn(9, 20), torch.randn(70, 3)], [torch.randn(20, 7), torch.randn(3, 30)]
+    c, c2 = [torch.randn(20), torch.randn(3)], [None, None]
+    with cpu_triton_interpreter() if interpreted else contextlib.nullcontext():
+        got = grouped_mm.MLP_CAT_OP(a, b, c, "relu", b2, c2, "none")
+    hidden = [x.double() @ w.double() + (0 if row is None else row.double()) for x, w, row in zip(a, b, c)]
+    expected = torch.cat([h.relu() @ w.double() + (0 if row is None else row.double())
+                          for h, w, row in zip(hidden, b2, c2)], 1)
+    assert got.shape == (37, 37) and got.is_contiguous()
+    assert _relative_error(got, expected) < BOUNDS[torch.float32]
+    with pytest.raises(ValueError, match="over 128"):
+        grouped_mm.launch_mlp(a, b, c, "relu", [torch.randn(20, 129)] * 2, c2, "none", [torch.empty(37, 129)] * 2)
+
+
 def test_op_without_the_interpreter_is_atens_products():
     torch.manual_seed(0)
     a, b, c = [torch.randn(8, 4)] * 2, [torch.randn(4, 3), torch.randn(4, 5)], [None, torch.randn(5)]
@@ -120,17 +167,52 @@ def test_training_groups_the_products_whose_grouping_keeps_the_estimated_peak():
 
 def test_inference_keeps_stocks_peak_unless_the_tolerance_allows_more(monkeypatch):
     torch.manual_seed(0)
-    model = Towers().requires_grad_(False)
-    # 16 hidden activations at once, or 16 outputs beside the cat they are written into: over 1% of the graph's
-    # estimated peak (1.25 MiB: the cat and a tower's hidden activation, as measured on a GPU)
-    report = compile_report(model, _inputs(), passes="all")
-    assert GROUPED not in report.launches
+    # outputs too wide for one tile of the two-layer kernel: each depth apart would hold 16 hidden activations at
+    # once, or 16 outputs beside the cat they are written into: over 1% of the graph's estimated peak
+    model = Towers(out=192).requires_grad_(False)
+    report = compile_report(model, _inputs(256), passes="all")
+    assert GROUPED not in report.launches and MLP_CAT not in report.launches
+    # (the cat, 3 MiB, and a tower's hidden activation; then every tower's)
     assert [r.detail for r in report.rewrites if r.rule == RULE and not r.fired] == [
-        "16 of 16 products left apart: with them, the estimated peak 1310720 -> 5242880 bytes, over the tolerance "
+        "16 of 16 products left apart: with them, the estimated peak 3211264 -> 4194304 bytes, over the tolerance "
         "of 0.01"] * 2
-    monkeypatch.setenv("OPTIMUS_IR_PEAK_TOLERANCE", "10")
-    report = compile_report(model, _inputs(), passes="all")
+    monkeypatch.setenv("OPTIMUS_IR_PEAK_TOLERANCE", "0.5")
+    report = compile_report(model, _inputs(256), passes="all")
     assert report.launches == [GROUPED, GROUPED_CAT]
+
+
+def test_inference_towers_are_one_launch_their_hidden_activations_never_written():
+    torch.manual_seed(0)
+    model = Towers().requires_grad_(False)
+    stock = compile_report(model, _inputs(), passes=None)
+    report = compile_report(model, _inputs(), passes="all")
+    assert len(stock.launches) == 48 and report.launches == [MLP_CAT]
+    (fired,) = [r for r in report.rewrites if r.rule == CHAIN_RULE and r.fired]
+    assert fired.detail == (
+        "16 two-layer members (1024x32@32x64@64x16, 1024x32@32x64@64x16, 1024x32@32x64@64x16, 1024x32@32x64@64x16 "
+        "and 12 more) + bias, relu, then + bias, none → one grouped_mlp launch, the hidden activations never "
+        "written, written into the cat that reads them")
+    # a symbolic batch: the same call
+    assert compile_report(model, _inputs(), passes="all", dynamic=True).launches == [MLP_CAT]
+
+
+def test_deeper_stacks_chain_their_first_two_layers_and_group_the_third(monkeypatch):
+    # at these sizes a depth's results held at once are a tenth of the peak: a tolerance that lets them be
+    monkeypatch.setenv("OPTIMUS_IR_PEAK_TOLERANCE", "0.5")
+    torch.manual_seed(0)
+    stacks = nn.ModuleList(nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 24), nn.ReLU(),
+                                         nn.Linear(24, 8)) for _ in range(4)).requires_grad_(False)
+
+    def fn(*xs):
+        return [stack(x) for stack, x in zip(stacks, xs)]
+
+    inputs = tuple(torch.randn(40, 32) for _ in range(4))
+    report = compile_report(fn, inputs, passes="all")
+    assert report.launches == [MLP, GROUPED]
+    assert [r.rule for r in report.rewrites if r.fired and "Matmul" in r.rule] == [CHAIN_RULE, RULE]
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        for got, want in zip(torch.compile(fn)(*inputs), fn(*inputs), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_symbolic_batch_groups_the_same_products():
@@ -147,6 +229,16 @@ def test_large_products_stay_cublas_calls():
     report = compile_report(model, tuple(torch.randn(4096, 1024) for _ in range(2)), passes="all")
     assert GROUPED not in report.launches
     assert any("a cuBLAS call" in r.detail for r in report.rewrites if r.rule == RULE)
+
+
+def test_compiled_inference_towers_match_eager_in_the_interpreter():
+    torch.manual_seed(0)
+    model = Towers(towers=3, width=8, hidden=80, out=4).requires_grad_(False)
+    inputs = tuple(torch.randn(24, 8) for _ in range(3))
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records:
+        actual = torch.compile(model)(*inputs)
+    assert [r.rule for r in records if r.fired and "Matmul" in r.rule] == [CHAIN_RULE]
+    torch.testing.assert_close(actual, model(*inputs), rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_towers_match_eager_in_the_interpreter_forward_and_backward():

@@ -1,7 +1,8 @@
-"""On a real GPU: ``optimus_ir::grouped_mm`` against fp64 (fp32, TF32, bf16, fp16; ragged sizes, a shared input,
-transposed operands), and per-feature towers trained through IndependentMatmulsToGroupedMatmul: launches per
-step, gradients against eager, the peak against stock's, under the default mode, ``reduce-overhead`` (cudagraph
-trees: the member tables outside the graphs' pools) and batches whose size changes (a symbolic batch)."""
+"""On a real GPU: ``optimus_ir::grouped_mm`` and ``grouped_mlp`` against fp64 (fp32, TF32, bf16, fp16; ragged
+sizes, a shared input, transposed operands); per-feature towers trained through IndependentMatmulsToGroupedMatmul
+and served through MatmulChainsToGroupedMlp: launches per step, outputs and gradients against eager, the peak
+against stock's, under the default mode, ``reduce-overhead`` (cudagraph trees: the member tables outside the
+graphs' pools) and batches whose size changes (a symbolic batch)."""
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from optimus_ir import grouped_mm
 from optimus_ir.records import recording
 from optimus_ir.settings import DEFAULT_PEAK_TOLERANCE
 from tests.gpu.helpers import CUDA, cold_compile, kernels_per_call, max_rel_error, peak_memory_bytes
-from tests.test_grouped_matmuls import RULE, Towers
+from tests.test_grouped_matmuls import CHAIN_RULE, RULE, Towers
 
 pytestmark = CUDA
 
@@ -40,6 +41,52 @@ def test_kernel_against_fp64(precision, monkeypatch):
         expected = (x.double() @ w.double() + c.double()).relu()
         assert not y.isnan().any()
         assert max_rel_error(y, expected) < BOUNDS[precision]
+
+
+@pytest.mark.parametrize("precision", list(BOUNDS))
+def test_two_layer_kernel_against_fp64(precision, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
+    dtype = DTYPES[precision]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
+
+    # (m, k, hidden, n): a hidden width of several chunks and not a multiple of one, ragged rows, the widest output
+    sizes = [(1024, 32, 64, 16), (1000, 96, 200, 128), (1, 33, 8, 3), (2048, 128, 256, 100)]
+    a = [randn(m, k) for m, k, _, _ in sizes]
+    b = [randn(h, k).t() for _, k, h, _ in sizes]
+    b2 = [randn(n, h).t() for _, _, h, n in sizes]
+    bias, bias2 = [randn(w.shape[1]) for w in b], [randn(w.shape[1]) for w in b2]
+    out = [torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=dtype) for x, w in zip(a, b2)]
+    grouped_mm.launch_mlp(a, b, bias, "relu", b2, bias2, "none", out)
+    for x, w, c, w2, c2, y in zip(a, b, bias, b2, bias2, out, strict=True):
+        hidden = (x.double() @ w.double() + c.double()).relu().to(dtype).double()
+        assert not y.isnan().any()
+        assert max_rel_error(y, hidden @ w2.double() + c2.double()) < BOUNDS[precision]
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_served_towers_are_one_launch_of_eagers_outputs_within_stocks_peak(mode):
+    batches = _batches([1024, 1024, 700, 1024, 333])
+    torch.manual_seed(0)
+    model = Towers().cuda().requires_grad_(False)
+    measured = {}
+    for passes in (None, "all"):
+        torch.cuda.empty_cache()
+        with cold_compile(), optimus_ir.enabled(passes), recording() as records:
+            compiled = torch.compile(model, mode=mode)
+            outputs = [compiled(*inputs).clone() for inputs in batches]
+            for _ in range(WARM_CALLS):
+                compiled(*batches[-1])
+            measured[passes] = (kernels_per_call(lambda: compiled(*batches[-1])),
+                                peak_memory_bytes(lambda: compiled(*batches[-1])))
+    fired = [r for r in records if r.rule == CHAIN_RULE and r.fired]
+    assert len(fired) == 2 and "(s" in fired[1].detail  # the static graph and the symbolic one
+    assert measured["all"][0] < measured[None][0] and measured["all"][0] <= 3
+    assert measured["all"][1] <= measured[None][1]
+    for got, inputs in zip(outputs, batches, strict=True):
+        assert max_rel_error(got, model(*inputs)) < 1e-4
 
 
 def _towers_step(passes, batches, mode=None):
