@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator
 
-__all__ = ["PASSES", "enabled_passes", "parse_passes", "set_enabled", "suspended"]
+__all__ = ["PASSES", "active_passes", "compiling_with", "enabled_passes", "parse_passes", "set_enabled", "suspended"]
 
 #: Every pass, by the name users give in ``OPTIMUS_IR`` / :func:`optimus_ir.enable`.
 PASSES: tuple[str, ...] = ("splitcat", "horizontal")
@@ -18,6 +18,10 @@ ON_WORDS = frozenset({"1", "all", "on", "true", "yes"})
 OFF_WORDS = frozenset({"", "0", "none", "off", "false", "no"})
 
 _enabled: frozenset[str] = frozenset()
+#: the passes of the compile in progress, where it came through ``backend="optimus_ir"``
+_compiling: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "optimus_ir_compiling", default=frozenset()
+)
 _suspended: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "optimus_ir_suspended", default=frozenset()
 )
@@ -54,9 +58,25 @@ def configured_passes() -> frozenset[str]:
     return _enabled
 
 
+def active_passes() -> frozenset[str]:
+    """The passes of the compile in progress: those the switch enabled and those its backend asked for (also inside
+    :func:`suspended`; what Inductor's cache keys hold)."""
+    return _enabled | _compiling.get()
+
+
 def enabled_passes() -> frozenset[str]:
-    """The passes the rules must apply right now (those enabled, less those :func:`suspended`)."""
-    return _enabled - _suspended.get()
+    """The passes the rules must apply right now (:func:`active_passes`, less those :func:`suspended`)."""
+    return active_passes() - _suspended.get()
+
+
+@contextlib.contextmanager
+def compiling_with(names: frozenset[str]) -> Iterator[None]:
+    """Within the block the passes ``names`` apply too, whatever the switch says: one compile's own passes."""
+    token = _compiling.set(names)
+    try:
+        yield
+    finally:
+        _compiling.reset(token)
 
 
 @contextlib.contextmanager

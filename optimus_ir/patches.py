@@ -82,7 +82,7 @@ def _pass_classes() -> tuple[type, type, type]:
 
         def uuid(self) -> Any:
             chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
-            enabled = tuple(sorted(passes.configured_passes()))
+            enabled = tuple(sorted(passes.active_passes()))
             return ("optimus_ir", type(self).__name__, package_identity(), enabled, settings.cache_key(), chained)
 
     class OptimusGraphPass(_Keyed):

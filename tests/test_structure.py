@@ -18,8 +18,8 @@ PACKAGES = {
     "optimus_ir": "optimus_ir", "lowering": "optimus_ir.lowering", "scheduler_hooks": "optimus_ir.scheduler_hooks",
 }
 #: the modules above the rules: they list, install and present them
-TOP = {"optimus_ir.registry", "optimus_ir.patches", "optimus_ir.switch", "optimus_ir.inspect", "optimus_ir.cli",
-       "optimus_ir.__main__", "optimus_ir"}
+TOP = {"optimus_ir.registry", "optimus_ir.patches", "optimus_ir.backend", "optimus_ir.switch", "optimus_ir.inspect",
+       "optimus_ir.cli", "optimus_ir.__main__", "optimus_ir"}
 MAX_LINES = 600
 
 
