@@ -1,4 +1,5 @@
-"""Command line: ``python -m optimus_ir demo`` and ``python -m optimus_ir report module:function --inputs ...``.
+"""Command line: ``python -m optimus_ir demo``, ``python -m optimus_ir report module:function --inputs ...`` and
+``python -m optimus_ir rules``.
 
 Both compile twice, stock Inductor and optimus_ir, for a CUDA sm_90 target (virtual when there is no GPU), and
 print the counts, optimus_ir's Triton kernels (stock's with ``--stock-kernels``), every rewrite decision and a
@@ -133,6 +134,21 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the characters of a rule's first docstring line that ``rules`` prints
+_SUMMARY = 90
+
+
+def rules(args: argparse.Namespace) -> int:
+    """Every rule in the order it is tried: its name, pass, stage and the first line of its docstring."""
+    from optimus_ir.registry import RULES
+
+    for rule in RULES:
+        summary = (type(rule).__doc__ or "").strip().splitlines()[0]
+        summary = summary if len(summary) <= _SUMMARY else summary[:_SUMMARY - 1] + "…"
+        print(f"{rule.name:<48} {rule.pass_name:<11} {rule.stage.value:<13} {summary}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m optimus_ir",
@@ -160,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="every input size symbolic, as after a loop's shapes change (torch.compile's dynamic=True)",
     )
     report_parser.set_defaults(run=report)
+    rules_parser = commands.add_parser("rules", help="list every rule: its name, pass, stage and what it does")
+    rules_parser.set_defaults(run=rules)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -45,6 +45,7 @@ log = logging.getLogger("optimus_ir")
 _counter = itertools.count()
 _pending: list[RewriteRecord] = []  # decisions since the last graph was dumped
 _listening = False
+_unwritable: set[Path] = set()  # the folders the dump could not be written to, warned of once
 
 
 def dump_dir() -> Path | None:
@@ -76,7 +77,7 @@ def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], 
         if previous is not None:
             previous(code)
         root = dump_dir()
-        if root is None:
+        if root is None or root in _unwritable:
             return
         records, _pending[:] = list(_pending), []
         try:
@@ -84,7 +85,11 @@ def output_code_hook(previous: Callable[[str], None] | None) -> Callable[[str], 
         except Exception:  # the dump must never fail a compile
             stock, error = None, traceback.format_exc()
         fx_nodes = [_fx_nodes(r.nodes) for r in records]
-        write_graph(root, _graph_kind(), code, stock, records, enabled_passes(), stock_error=error, fx_nodes=fx_nodes)
+        try:
+            write_graph(root, _graph_kind(), code, stock, records, enabled_passes(), stock_error=error,
+                        fx_nodes=fx_nodes)
+        except OSError as failure:  # the dump must never fail a compile
+            _warn_unwritable(root, failure)
 
     return save_output_code
 
@@ -99,11 +104,20 @@ def cache_hook(load: Callable[..., Any]) -> Callable[..., Any]:
         if graph is not None and root is not None and enabled_passes():
             try:
                 _write_cached(root, graph, kwargs.get("is_backward", False), str(info.get("key", "")))
-            except Exception:  # the dump must never fail a compile
+            except OSError as failure:  # the dump must never fail a compile
+                _warn_unwritable(root, failure)
+            except Exception:
                 log.warning("optimus_ir: the dump of a cached graph failed", exc_info=True)
         return graph, info
 
     return load_with_key
+
+
+def _warn_unwritable(root: Path, failure: OSError) -> None:
+    """One warning per folder the dump cannot be written to (the compile goes on without it)."""
+    if root not in _unwritable:
+        _unwritable.add(root)
+        log.warning("optimus_ir: no dump: %s=%s cannot be written (%s)", DUMP_ENV, root, failure)
 
 
 def _write_cached(root: Path, graph: Any, is_backward: bool, key: str) -> None:

@@ -49,6 +49,18 @@ def test_dump_writes_both_sides_counts_and_reasons(tmp_path, monkeypatch):
     assert "launches 12 stock → 1 optimus_ir; fired: SplitCatToPointwise" in index
 
 
+def test_a_dump_folder_that_cannot_be_written_warns_once_and_fails_no_compile(tmp_path, monkeypatch, caplog):
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("OPTIMUS_IR_DUMP", str(tmp_path / "a_file" / "dump"))
+    x = torch.randn(4, 96)
+    with optimus_ir.enabled(), cpu_triton_interpreter():
+        for fn in (_reversed_split_relu_cat, _cat_with_materialized_piece):
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(fn)(x), fn(x))
+    warned = [r.getMessage() for r in caplog.records if "no dump" in r.getMessage()]
+    assert len(warned) == 1 and "a_file/dump cannot be written" in warned[0]
+
+
 def test_no_dump_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("OPTIMUS_IR_DUMP", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -102,6 +114,15 @@ def test_cli_demo_counts():
     assert out.count("optimus_ir: 1 kernel launches") == 2
     assert out.count("=> ") == 2 and out.strip().splitlines()[-1].startswith("=> 16 → 1 kernel launches per call")
     assert "def triton_" not in out
+
+
+def test_cli_rules_lists_every_rule_in_order_with_its_pass_and_stage():
+    from optimus_ir.registry import RULES
+
+    lines = _cli("rules").splitlines()
+    assert [line.split()[:3] for line in lines] == [[r.name, r.pass_name, r.stage.value] for r in RULES]
+    assert "Products of one depth and kind, each small" in lines[[r.name for r in RULES].index(
+        "IndependentMatmulsToGroupedMatmul")]
 
 
 def test_cli_demo_prints_stock_kernels_only_when_asked():
