@@ -17,6 +17,8 @@ log = logging.getLogger("optimus_ir")
 PEAK_TOLERANCE_ENV = "OPTIMUS_IR_PEAK_TOLERANCE"
 DEFAULT_PEAK_TOLERANCE = 0.01
 
+_warned: set[str] = set()  # the values warned of
+
 
 def peak_tolerance() -> float:
     """``OPTIMUS_IR_PEAK_TOLERANCE``: a fraction of at least 0 (0: no merge may raise the estimated peak)."""
@@ -28,8 +30,10 @@ def peak_tolerance() -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        log.warning("optimus_ir: %s=%r is not a fraction of at least 0; %s used", PEAK_TOLERANCE_ENV, text,
-                    DEFAULT_PEAK_TOLERANCE)
+        if text not in _warned:  # read at every decision: said once
+            _warned.add(text)
+            log.warning("optimus_ir: %s=%r is not a fraction of at least 0; %s used", PEAK_TOLERANCE_ENV, text,
+                        DEFAULT_PEAK_TOLERANCE)
         return DEFAULT_PEAK_TOLERANCE
     return value
 
