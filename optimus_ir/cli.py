@@ -62,13 +62,14 @@ def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels
 
 
 def _compare(
-    fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any, dump: str | None = None, dynamic: bool = False
+    fn: Callable[..., Any], inputs: tuple[Any, ...], passes: Any, dump: str | None = None, dynamic: bool = False,
+    training: bool | None = None,
 ) -> tuple[CompileReport, CompileReport]:
     """Stock's report and optimus_ir's; with ``dump``, optimus_ir's compile writes the dump there, as
     ``OPTIMUS_IR_DUMP`` does."""
-    stock = compile_report(fn, inputs, passes=None, dynamic=dynamic)
+    stock = compile_report(fn, inputs, passes=None, dynamic=dynamic, training=training)
     with mock.patch.dict(os.environ, {DUMP_ENV: dump} if dump else {}):
-        ours = compile_report(fn, inputs, passes=passes, dynamic=dynamic)
+        ours = compile_report(fn, inputs, passes=passes, dynamic=dynamic, training=training)
     return stock, ours
 
 
@@ -110,11 +111,12 @@ def _load(target: str) -> Callable[..., Any]:
 
 
 def _inputs(expression: str) -> tuple[Any, ...]:
+    """The positional inputs: a tuple is the arguments, anything else (a tensor, a list of them) one argument."""
     try:
         value = eval(expression, {"torch": torch})  # the user's own expression, as on a Python prompt
     except Exception as error:
         raise UsageError(f"--inputs {expression!r}: {type(error).__name__}: {error}") from error
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    return value if isinstance(value, tuple) else (value,)
 
 
 def _passes(spec: str) -> str | None:
@@ -127,8 +129,10 @@ def _passes(spec: str) -> str | None:
 
 def report(args: argparse.Namespace) -> int:
     fn, inputs, passes = _load(args.target), _inputs(args.inputs), _passes(args.passes)
-    stock, ours = _compare(fn, inputs, passes, args.dump, args.dynamic)
-    _print_report(args.target, stock, ours, not args.counts_only, args.stock_kernels)
+    training = args.mode == "training"
+    stock, ours = _compare(fn, inputs, passes, args.dump, args.dynamic, training)
+    mode = "a training step: forward and backward graphs" if training else "inference"
+    _print_report(f"{args.target} ({mode})", stock, ours, not args.counts_only, args.stock_kernels)
     if args.dump:
         print(f"dump written to {args.dump} (index.html)")
     return 0
@@ -164,8 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_parser = commands.add_parser("report", help="compile your function, stock and with optimus_ir")
     report_parser.add_argument("target", help="module:function (or module:Module class, built with no arguments)")
     report_parser.add_argument(
-        "--inputs", required=True, help="Python expression for the example inputs, e.g. 'torch.randn(64, 4096)'; "
-        "CPU tensors stand for CUDA ones; requires_grad=True gives a training compile (forward and backward)",
+        "--inputs", required=True, help="Python expression for the example inputs, e.g. 'torch.randn(64, 4096)': a "
+        "tuple is the positional arguments, anything else (a list too) one argument; CPU tensors stand for CUDA ones",
+    )
+    report_parser.add_argument(
+        "--mode", choices=("inference", "training"), default="inference",
+        help="inference (default: as under torch.no_grad(), whatever requires grad) or a training step (forward and "
+        "backward graphs)",
     )
     report_parser.add_argument("--passes", default="all", help="'all', 'none', or a comma list of pass names")
     report_parser.add_argument("--counts-only", action="store_true", help="print counts and rewrites, no kernels")

@@ -61,6 +61,7 @@ def compile_report(
     passes: str | Iterable[str] | None = "all",
     target: str = "cuda",
     dynamic: bool = False,
+    training: bool | None = None,
 ) -> CompileReport:
     """Compile ``fn`` for ``example_inputs`` with Inductor and ``passes`` of optimus_ir ("all", None for stock
     Inductor, or a list of pass names) and report the generated code. The global enable state is restored after.
@@ -70,10 +71,12 @@ def compile_report(
     or parameters that require grad give a training compile: forward and backward graphs, per graph Dynamo
     captured. ``dynamic`` is ``torch.compile``'s: ``True`` compiles with every input size symbolic, as Dynamo
     does after a loop's shapes change; dimensions marked by ``torch._dynamo.mark_dynamic`` are symbolic either way.
+    ``training``: ``False`` compiles for inference whatever requires grad (as under ``torch.no_grad()``), ``True`` a
+    training step; None decides by what requires grad, as above.
     """
     if target != "cuda":
         raise ValueError(f"target {target!r} is not supported; only 'cuda'")
-    return report_for(fn, example_inputs, passes=passes, virtual=None, dynamic=dynamic)
+    return report_for(fn, example_inputs, passes=passes, virtual=None, dynamic=dynamic, training=training)
 
 
 def report_for(
@@ -83,9 +86,10 @@ def report_for(
     passes: str | Iterable[str] | None,
     virtual: bool | None,
     dynamic: bool = False,
+    training: bool | None = None,
 ) -> CompileReport:
     """:func:`compile_report`, choosing the device: ``virtual=True`` forces the virtual sm_90 device even on a
     GPU machine (to compare it with the real one), None uses the real device when there is one."""
     with switch.enabled(passes), recording() as records:
-        graphs = generate(fn, tuple(example_inputs), virtual=virtual, dynamic=dynamic)
+        graphs = generate(fn, tuple(example_inputs), virtual=virtual, dynamic=dynamic, training=training)
     return CompileReport(graphs, list(records))

@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
+import re
 import traceback
 import types
 import warnings
@@ -168,6 +169,11 @@ def _innermost(error: BaseException) -> BaseException:
     return list(_chain(error))[-1]
 
 
+#: words of a tracing error that tracing on the CPU may cause where a GPU's would not (a kernel of some dtypes or
+#: devices only): only then does the error say so; a shape mistake does not
+_DEVICE_WORDS = re.compile(r"cuda|cpu|device|dtype|type|not implemented|supported", re.IGNORECASE)
+
+
 def _trace_error(error: Exception, on_cpu: bool) -> TraceError:
     """``error`` raised while tracing, as one message that names the op (the innermost one being dispatched)."""
     op = None
@@ -182,7 +188,7 @@ def _trace_error(error: Exception, on_cpu: bool) -> TraceError:
     advice = (
         ": CPU tensors stand for CUDA ones only where both trace alike; on a machine with a GPU, pass CUDA tensors "
         "(and the module on the GPU) to trace as torch.compile does there"
-        if on_cpu else ""
+        if on_cpu and _DEVICE_WORDS.search(str(cause)) else ""
     )
     return TraceError(f"tracing failed{where} ({type(cause).__name__}: {first_line}){advice}")
 

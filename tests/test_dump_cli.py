@@ -69,6 +69,14 @@ def test_no_dump_without_the_variable(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _relu_cat_of_list(features):
+    return torch.cat([torch.relu(f) for f in features], 1)
+
+
+def _product(a, b):
+    return a @ b
+
+
 def _cli(*args):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
     result = subprocess.run(
@@ -92,6 +100,36 @@ def test_cli_report_on_a_user_function(tmp_path):
         "=> 64 → 1 kernel launches per call; fired: SplitCatToPointwise"
     ]
     assert json.loads((tmp_path / "graph_0" / "summary.json").read_text())["launches"] == {"stock": 64, "optimus_ir": 1}
+
+
+def test_cli_report_of_a_module_is_inference_unless_a_training_step_is_asked_for():
+    target, inputs = "tests.test_grouped_matmuls:Towers", "tuple(torch.randn(64, 32) for _ in range(16))"
+    out = _cli("report", target, "--inputs", inputs, "--counts-only")
+    # (its parameters require grad: inference all the same, as under torch.no_grad())
+    assert out.splitlines()[0] == f"=== {target} (inference)"
+    assert "fired: InputAssertsToOneCheck, MatmulChainsToGroupedMlp" in out
+    out = _cli("report", target, "--inputs", inputs, "--counts-only", "--mode", "training")
+    assert out.splitlines()[0] == f"=== {target} (a training step: forward and backward graphs)"
+    assert "IndependentMatmulsToGroupedMatmul" in out and "MatmulChainsToGroupedMlp" not in out
+
+
+def test_cli_inputs_a_tuple_is_the_arguments_a_list_one_argument():
+    out = _cli("report", "tests.test_dump_cli:_relu_cat_of_list", "--inputs", "[torch.randn(4, 8)] * 3",
+               "--counts-only")
+    assert "=> " in out
+    out = _cli("report", "tests.test_dump_cli:_product", "--inputs", "(torch.randn(4, 3), torch.randn(3, 5))",
+               "--counts-only")
+    assert "extern_kernels.mm" not in out and "=> 1 → 1 kernel launches per call" in out
+
+
+def test_cli_a_tracing_error_says_only_what_applies():
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMUS_IR")}
+    result = subprocess.run(
+        [sys.executable, "-m", "optimus_ir", "report", "tests.test_dump_cli:_product", "--inputs",
+         "(torch.randn(4, 3), torch.randn(4, 3))"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 2
+    assert "must have same reduction dim" in result.stderr and "CPU tensors stand for" not in result.stderr
 
 
 def test_cli_report_with_every_size_symbolic_names_the_symbol_a_rule_cannot_take():
