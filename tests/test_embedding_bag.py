@@ -356,6 +356,20 @@ def test_row_sums_each_merged_scatter_reads_are_one_allocation():
     assert given_whole and all(backward.count(f"del {name}\n") == 1 for name in given_whole), parts
 
 
+def test_a_symbolic_batch_gives_the_tables_cat_to_the_member_table_whole():
+    # every size symbolic: the norms' outputs are columns of the cat, given to the member table as the cat and
+    # static byte offsets, as with static sizes; no view of the cat made per table and call in the wrapper
+    torch.manual_seed(0)
+    model = JaggedTables("sum", False, torch.float32).requires_grad_(False)
+    jagged = [_jagged(t.num_embeddings, bags=8) for t in model.tables]
+    report = compile_report(model, ([i for i, _ in jagged], [o[:-1] for _, o in jagged]), dynamic=True)
+    call = report.graphs[0].wrapper.split("def call(")[1]
+    assert len(report.launches) == 1 and "reinterpret_tensor(" not in call
+    # (the cat's three column regions: one tensor, three members, 0, 64 and 128 bytes into a row)
+    assert re.search(r"MemberTable\(None, None, \d+, byte_offsets=\[(0, ){15}0, 64, 128\], spans=\[(1, ){15}3\]",
+                     report.graphs[0].wrapper)
+
+
 def _mark_counts_dynamic(ids, offsets):
     """The ids' and the offsets' lengths symbolic, as Dynamo makes them once a loop's batches change them."""
     for tensor in (*ids, *offsets):

@@ -232,8 +232,6 @@ def views_given_as_buffer(members: list[Any], structures: list[Structure]) -> li
         buf100 = empty_strided_cuda((1536, ), (1, ), torch.float32)
         table_now = table(..., buf100, ...)
     """
-    if structures[0].numel_expr is not None:
-        return []
     scheduler = members[0].scheduler
     outputs = OrderedSet(V.graph.get_output_names())
     by_buffer: dict[str, tuple[Any, list[str], list[int]]] = {}
