@@ -4,8 +4,8 @@
     torch.compile(model, backend="optimus_ir", mode="reduce-overhead")     # Inductor's modes
     torch.compile(model, backend="optimus_ir", options={"optimus_ir": "splitcat", "max_autotune": True})
 
-``options`` are Inductor's, as ``torch.compile(..., options=...)`` takes them, plus ``"optimus_ir"``: the passes, as
-``OPTIMUS_IR`` names them (default: every pass). They apply to this compile's graphs, its backward too (compiled at
+``options`` are Inductor's, as ``torch.compile(..., options=...)`` takes them, plus ``"optimus_ir"``: the passes and
+rules, as ``OPTIMUS_IR`` names them (default: every pass). They apply to this compile's graphs, its backward too (compiled at
 the first backward), whatever ``OPTIMUS_IR`` says for other compiles. Dynamo finds the backend by its
 ``torch_dynamo_backends`` entry point. The hooks it installs stay, inert where no pass applies, until
 :func:`optimus_ir.disable`.
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from optimus_ir import patches
-from optimus_ir.passes import compiling_with, parse_passes
+from optimus_ir.passes import Switch, compiling_with, parse_switch
 
 __all__ = ["optimus_ir"]
 
@@ -35,15 +35,15 @@ def optimus_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: st
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     options = dict(options or {})
-    chosen = parse_passes(options.pop(PASSES_OPTION, "all"))
-    if chosen:
+    chosen = parse_switch(options.pop(PASSES_OPTION, "all"))
+    if chosen.passes:
         patches.install_config_hooks()
     config_patches = {**(list_mode_options(mode) if mode else {}), **options}
     return _within(chosen, compile_fx)(gm, example_inputs, inner_compile=_within(chosen, compile_fx_inner),
                                        config_patches=config_patches)
 
 
-def _within(chosen: frozenset[str], fn: Callable[..., Any]) -> Callable[..., Any]:
+def _within(chosen: Switch, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run with the passes ``chosen`` (the backward's inner compile runs after ``compile_fx`` returned)."""
     @functools.wraps(fn)
     def within(*args: Any, **kwargs: Any) -> Any:

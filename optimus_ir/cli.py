@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 
 from optimus_ir.dump import DUMP_ENV
-from optimus_ir.passes import parse_passes
+from optimus_ir.passes import parse_switch
 from optimus_ir.inspect import CompileReport, TraceError, compile_report
 
 
@@ -120,10 +120,14 @@ def _inputs(expression: str) -> tuple[Any, ...]:
 
 
 def _passes(spec: str) -> str | None:
+    from optimus_ir.registry import unknown_rules
+
     try:
-        parse_passes(spec)
+        unknown = unknown_rules(parse_switch(spec))
     except ValueError as error:
         raise UsageError(f"--passes {spec!r}: {error}") from error
+    if unknown:
+        raise UsageError(f"--passes {spec!r}: no rule named {', '.join(unknown)} (`python -m optimus_ir rules`)")
     return spec if spec != "none" else None
 
 
@@ -176,7 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="inference (default: as under torch.no_grad(), whatever requires grad) or a training step (forward and "
         "backward graphs)",
     )
-    report_parser.add_argument("--passes", default="all", help="'all', 'none', or a comma list of pass names")
+    report_parser.add_argument(
+        "--passes", default="all", help="'all', 'none', or a comma list of pass names and rule names (-Name: off)",
+    )
     report_parser.add_argument("--counts-only", action="store_true", help="print counts and rewrites, no kernels")
     report_parser.add_argument("--stock-kernels", action="store_true", help="also print stock Inductor's kernels")
     report_parser.add_argument("--dump", help="also write the dump (same layout as OPTIMUS_IR_DUMP) to this folder")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from optimus_ir import graph_state
-from optimus_ir.passes import enabled_passes
+from optimus_ir.passes import rule_applies
 from optimus_ir.records import record
 from optimus_ir.rule import GraphRule, LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
 
@@ -26,9 +26,9 @@ log = logging.getLogger("optimus_ir")
 
 
 def _applies(rule: Any) -> bool:
-    """Whether ``rule`` applies now: its pass enabled and not suspended, the rule not suspended in the graph being
-    compiled (``GraphState.suspended_rules``)."""
-    if rule.pass_name not in enabled_passes():
+    """Whether ``rule`` applies now: its pass enabled and not suspended, the rule not switched off, nor suspended in
+    the graph being compiled (``GraphState.suspended_rules``)."""
+    if not rule_applies(rule.name, rule.pass_name):
         return False
     state = graph_state.existing()
     return state is None or rule.name not in state.suspended_rules
@@ -89,7 +89,7 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
     from torch._dynamo.utils import dynamo_timed
 
     for rule in rules:
-        if rule.pass_name not in enabled_passes():
+        if not rule_applies(rule.name, rule.pass_name):
             continue
         kept, copies = torch.fx.Graph(), {}
         kept.output(kept.graph_copy(graph, copies))
@@ -110,7 +110,7 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
 def prepare_joint_graph(rules: Sequence[LoweringRule], graph: Any) -> None:
     """``config.joint_custom_post_pass``: each enabled lowering rule prepares the joint graph (never fails)."""
     for rule in rules:
-        if rule.pass_name not in enabled_passes():
+        if not rule_applies(rule.name, rule.pass_name):
             continue
         try:
             rule.prepare_joint_graph(graph)
@@ -143,7 +143,7 @@ def run_wrapper_rules(rules: Sequence[WrapperRule], wrapper: Any, lines: list[st
     from torch._inductor.virtualized import V
 
     for rule in rules:
-        if rule.pass_name not in enabled_passes():
+        if not rule_applies(rule.name, rule.pass_name):
             continue
         try:
             lines, inputs, detail = rule.rewrite(wrapper, lines)

@@ -28,6 +28,7 @@ from optimus_ir.lowering.views import (
     SplitOfCatToInputs,
     SplitWithSizesOfCatToInputs,
 )
+from optimus_ir.passes import Switch
 from optimus_ir.rule import GraphRule, LoweringRule, SchedulerRule, Stage, WrapperRule
 from optimus_ir.scheduler_hooks.dead_folded_cats import DeadFoldedCatElimination
 from optimus_ir.scheduler_hooks.horizontal.rule import IdenticalKernelsToMemberTableKernel
@@ -36,7 +37,7 @@ from optimus_ir.scheduler_hooks.piece_groups import PieceGroupToComboKernel
 from optimus_ir.scheduler_hooks.scatter_targets import ScatterTargetFilledAfterScatterInputs
 from optimus_ir.scheduler_hooks.unread_concats import UnreadConcatElimination
 
-__all__ = ["RULES", "rules_of"]
+__all__ = ["RULES", "rules_of", "unknown_rules"]
 
 Rule = GraphRule | LoweringRule | SchedulerRule | WrapperRule
 
@@ -80,3 +81,8 @@ RULES: tuple[Rule, ...] = (
 def rules_of(stage: Stage) -> list[Rule]:
     """The rules of ``stage``, in order."""
     return [rule for rule in RULES if rule.stage is stage]
+
+
+def unknown_rules(switch: Switch) -> list[str]:
+    """The names ``switch`` gives that no rule has."""
+    return sorted(switch.named_rules - {rule.name for rule in RULES})

@@ -4,6 +4,7 @@ Users enable optimus_ir without touching their program::
 
     OPTIMUS_IR=1 python train.py                    # every pass
     OPTIMUS_IR=splitcat python train.py             # a subset (comma list of pass names)
+    OPTIMUS_IR=all,-SplitCatToPointwise python ...  # every rule but one (rules named one by one: optimus_ir.passes)
     OPTIMUS_IR=0 python train.py                    # off (the same as unset)
 
 This works because ``import torch`` calls every entry point of the ``torch.backends`` group, and ours is
@@ -24,18 +25,21 @@ import warnings
 from collections.abc import Iterable, Iterator
 
 from optimus_ir.after_import import after_import
-from optimus_ir.passes import OFF_WORDS, PASSES, configured_passes, enabled_passes, parse_passes, set_enabled
+from optimus_ir.passes import (
+    OFF_WORDS, PASSES, Switch, configured, enabled_passes, parse_passes, parse_switch, set_enabled,
+)
 
 __all__ = ["PASSES", "enable", "disable", "enabled", "enabled_passes", "parse_passes"]
 
 _ENV = "OPTIMUS_IR"
 
 
-def enable(passes: str | Iterable[str] = "all") -> None:
-    """Enable ``passes`` ("all", or pass names) for every later compile, and only those."""
-    chosen = parse_passes(passes)
+def enable(passes: str | Iterable[str] | Switch = "all") -> None:
+    """Enable ``passes`` ("all", pass names, rule names: :func:`optimus_ir.passes.parse_switch`) for every later
+    compile, and only those."""
+    chosen = parse_switch(passes)
     set_enabled(chosen)
-    if chosen:
+    if chosen.passes:
         after_import("torch._inductor.config", _install_config_hooks)
     elif "optimus_ir.patches" in sys.modules:
         sys.modules["optimus_ir.patches"].uninstall()
@@ -47,12 +51,12 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def enabled(passes: str | Iterable[str] | None = "all") -> Iterator[frozenset[str]]:
+def enabled(passes: str | Iterable[str] | Switch | None = "all") -> Iterator[frozenset[str]]:
     """Within the block exactly ``passes`` are enabled (None: none); the previous state is restored after."""
-    previous = configured_passes()
+    previous = configured()
     enable(passes or ())
     try:
-        yield configured_passes()
+        yield configured().passes
     finally:
         enable(previous)
 
@@ -72,7 +76,7 @@ def _autoload() -> None:
 
 
 def _install_config_hooks() -> None:
-    if not configured_passes():
+    if not configured().passes:
         return  # disabled again before torch._inductor.config was imported
     from optimus_ir import patches
 

@@ -196,6 +196,8 @@ def test_environment_variable_alone_turns_64_kernels_into_1(tmp_path):
         (["report", "optimus_ir.cli", "--inputs", "torch.randn(4)"], "expected module:function"),
         (["report", "optimus_ir.cli:main", "--inputs", "torch.randn(4"], "--inputs 'torch.randn(4': SyntaxError"),
         (["report", "optimus_ir.cli:main", "--inputs", "torch.randn(4)", "--passes", "bogus"], "unknown optimus_ir pass"),
+        (["report", "optimus_ir.cli:main", "--inputs", "torch.randn(4)", "--passes", "all,-NoSuchRule"],
+         "no rule named NoSuchRule"),
     ],
 )
 def test_cli_answers_a_bad_command_line_in_one_line_with_exit_code_2(args, message):

@@ -13,6 +13,7 @@ import torch
 
 import optimus_ir
 from optimus_ir import passes, patches
+from optimus_ir.inspect import compile_report
 from optimus_ir.records import recording
 
 
@@ -57,7 +58,9 @@ def test_unset_variable_touches_nothing():
 
 
 @pytest.mark.parametrize(
-    "value, expected", [("1", ["horizontal", "splitcat"]), ("splitcat", ["splitcat"]), ("0", [])]
+    "value, expected",
+    [("1", ["horizontal", "splitcat"]), ("splitcat", ["splitcat"]), ("all,-SplitCatToPointwise", ["horizontal",
+     "splitcat"]), ("0", [])],
 )
 def test_variable_enables_passes_lazily(value, expected):
     state = _run_python(_PROBE, OPTIMUS_IR=value)
@@ -79,6 +82,49 @@ def test_parse_passes():
     assert passes.parse_passes(None) == set()
     with pytest.raises(ValueError, match="nonsense"):
         passes.parse_passes(["nonsense"])
+
+
+def test_parse_switch_names_rules_one_by_one():
+    every = frozenset(passes.PASSES)
+    off = passes.parse_switch("all,-SplitCatToPointwise")
+    assert off == passes.Switch(every, every, frozenset(), frozenset({"SplitCatToPointwise"}))
+    assert passes.parse_switch("-SplitCatToPointwise") == off
+    assert not off.applies("SplitCatToPointwise", "splitcat") and off.applies("CatConsumerIntoPieces", "splitcat")
+    one_more = passes.parse_switch("splitcat, IndependentMatmulsToGroupedMatmul")
+    assert one_more.passes == every  # the named rule's pass runs, its other rules do not apply
+    assert one_more.applies("IndependentMatmulsToGroupedMatmul", "horizontal")
+    assert not one_more.applies("IdenticalKernelsToMemberTableKernel", "horizontal")
+    assert one_more.applies("SplitCatToPointwise", "splitcat")
+    with pytest.raises(ValueError, match="'splitcats'"):
+        passes.parse_switch("all,splitcats")
+
+
+def _rules_recorded(spec):
+    torch._dynamo.reset()
+    report = compile_report(_split_relu_cat, (torch.randn(64, 4096),), passes=spec)
+    return {r.rule for r in report.rewrites}, len(report.launches)
+
+
+def test_a_rule_switched_off_or_alone_on_the_virtual_device():
+    every, launches = _rules_recorded("all")
+    assert "SplitCatToPointwise" in every and launches == 1
+    without, _ = _rules_recorded("all,-SplitCatToPointwise")  # the horizontal pass merges the 64 relus instead
+    assert "SplitCatToPointwise" not in without and "IdenticalKernelsToMemberTableKernel" in without
+    alone, launches = _rules_recorded("SplitCatToPointwise")
+    assert alone == {"SplitCatToPointwise"} and launches == 1
+
+
+def test_the_rules_switched_are_in_the_cache_key_and_an_unknown_name_is_warned_of(caplog):
+    graph_pass = patches._pass_classes()[0](None)
+    with optimus_ir.enabled("all"):
+        every = graph_pass.uuid()
+    with optimus_ir.enabled("all,-SplitCatToPointwise"):
+        assert graph_pass.uuid() != every
+    with optimus_ir.enabled("all,-NoSuchRule"), caplog.at_level("WARNING", logger="optimus_ir"):
+        graph_pass(torch.fx.Graph())
+        graph_pass(torch.fx.Graph())
+    assert [r.getMessage() for r in caplog.records if "NoSuchRule" in r.getMessage()] == [
+        "optimus_ir: the switch names no rule NoSuchRule (`python -m optimus_ir rules` lists them)"]
 
 
 def test_enable_disable_and_context_restore_every_hook():
