@@ -1,5 +1,5 @@
-"""Command line: ``python -m optimus_ir demo``, ``python -m optimus_ir report module:function --inputs ...`` and
-``python -m optimus_ir rules``.
+"""Command line: ``python -m optimus_ir demo``, ``python -m optimus_ir report module:function --inputs ...``,
+``python -m optimus_ir check module:function --inputs ...`` and ``python -m optimus_ir rules``.
 
 Both compile twice, stock Inductor and optimus_ir, for a CUDA sm_90 target (virtual when there is no GPU), and
 print the counts, optimus_ir's Triton kernels (stock's with ``--stock-kernels``), every rewrite decision and a
@@ -20,7 +20,7 @@ import torch
 
 from optimus_ir.dump import DUMP_ENV
 from optimus_ir.passes import parse_switch
-from optimus_ir.inspect import CompileReport, TraceError, compile_report
+from optimus_ir.inspect import CompileReport, TraceError, check_numerics, compile_report
 
 
 def split_relu_cat(x: torch.Tensor, pieces: int = 64) -> torch.Tensor:
@@ -142,6 +142,26 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def check(args: argparse.Namespace) -> int:
+    """The generated kernels run through Triton's interpreter against eager; exit code 1 where they differ."""
+    fn, inputs, passes = _load(args.target), _inputs(args.inputs), _passes(args.passes)
+    try:
+        result = check_numerics(fn, inputs, passes=passes, training=args.mode == "training")
+    except Exception as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise UsageError(f"the compile or its run failed ({type(error).__name__}: {first_line})") from error
+    what = "outputs, then gradients" if args.mode == "training" else "outputs"
+    print(f"=== {args.target} ({args.mode}): the Triton kernels for a CUDA device, run by Triton's interpreter, "
+          f"against eager ({what})")
+    for i, (error, bound) in enumerate(zip(result.errors, result.bounds, strict=True)):
+        print(f"  {i}: relative error {error:.2e} (at most {bound:.0e}){'' if error <= bound else '  <- differs'}")
+    fired = sorted({record.rule for record in result.rewrites if record.fired})
+    verdict = "as eager" if result.passed else "NOT as eager"
+    print(f"=> {verdict}; largest relative error {max(result.errors, default=0.0):.2e}; fired: "
+          f"{', '.join(fired) or 'none'}")
+    return 0 if result.passed else 1
+
+
 #: the characters of a rule's first docstring line that ``rules`` prints
 _SUMMARY = 90
 
@@ -191,6 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="every input size symbolic, as after a loop's shapes change (torch.compile's dynamic=True)",
     )
     report_parser.set_defaults(run=report)
+    check_parser = commands.add_parser(
+        "check", help="run the kernels optimus_ir generates for your function on the CPU (Triton's interpreter) "
+        "and compare them with eager",
+    )
+    check_parser.add_argument("target", help="module:function (or module:Module class, built with no arguments)")
+    check_parser.add_argument("--inputs", required=True, help="as report's (CPU tensors; small: the interpreter is slow)")
+    check_parser.add_argument("--passes", default="all", help="as report's")
+    check_parser.add_argument("--mode", choices=("inference", "training"), default="inference",
+                              help="inference, or a training step: the gradients compared too")
+    check_parser.set_defaults(run=check)
     rules_parser = commands.add_parser("rules", help="list every rule: its name, pass, stage and what it does")
     rules_parser.set_defaults(run=rules)
     args = parser.parse_args(argv)

@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from optimus_ir import switch
 from optimus_ir.codegen_text import GraphCode, Kernel
 from optimus_ir.records import RewriteRecord, recording
 from optimus_ir.virtual_cuda import TraceError, generate
 
-__all__ = ["CompileReport", "TraceError", "compile_report"]
+__all__ = ["CHECK_BOUNDS", "CompileReport", "NumericsCheck", "TraceError", "check_numerics", "compile_report"]
 
 
 @dataclass
@@ -93,3 +95,73 @@ def report_for(
     with switch.enabled(passes), recording() as records:
         graphs = generate(fn, tuple(example_inputs), virtual=virtual, dynamic=dynamic, training=training)
     return CompileReport(graphs, list(records))
+
+
+#: relative error (of norms) under which a check passes, by the outputs' dtype (fp32 without TF32 on the CPU)
+CHECK_BOUNDS = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 4e-3}
+
+
+@dataclass
+class NumericsCheck:
+    """What :func:`check_numerics` found.
+
+    Attributes:
+        errors: per compared tensor (the outputs, then in a training step the gradients), ``|a - e| / |e|`` in fp64.
+        bounds: per compared tensor, the error under which it passes (:data:`CHECK_BOUNDS` by its dtype).
+        rewrites: every rule decision of the compile.
+    """
+
+    errors: list[float]
+    bounds: list[float]
+    rewrites: list[RewriteRecord]
+
+    @property
+    def passed(self) -> bool:
+        return all(error <= bound for error, bound in zip(self.errors, self.bounds, strict=True))
+
+
+def check_numerics(
+    fn: Callable[..., Any], example_inputs: tuple[Any, ...], *, passes: str | Iterable[str] | None = "all",
+    training: bool = False,
+) -> NumericsCheck:
+    """Run the Triton code optimus_ir generates for ``fn`` on the CPU, through Triton's interpreter
+    (:mod:`optimus_ir.interpret`), and compare it with eager: the outputs, and in a training step the gradients of
+    the floating-point inputs and parameters for a fixed random weighting of the outputs. For users without the
+    GPU: the kernels are those a CUDA device gets, run slowly. ``example_inputs`` are CPU tensors."""
+    from torch._inductor import config as inductor_config
+    from torch.utils._pytree import tree_leaves
+
+    from optimus_ir.interpret import cpu_triton_interpreter
+
+    def leaves(value: Any) -> list[torch.Tensor]:
+        return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+    params = [p for p in (fn.parameters() if isinstance(fn, torch.nn.Module) else ()) if p.requires_grad]
+    inputs = tuple(x.detach().requires_grad_(training and x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+                   for x in example_inputs)
+    wants_grad = [x for x in leaves(inputs) if x.requires_grad] + params if training else []
+
+    def run(call: Callable[..., Any]) -> list[torch.Tensor]:
+        with torch.enable_grad() if training else torch.no_grad():
+            outputs = leaves(call(*inputs))
+        if not wants_grad:
+            return [o.detach() for o in outputs]
+        weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(i), dtype=o.dtype)
+                   for i, o in enumerate(outputs)]
+        loss = sum((o * w).sum() for o, w in zip(outputs, weights))
+        return [o.detach() for o in outputs] + list(torch.autograd.grad(loss, wants_grad, allow_unused=True))
+
+    expected = run(fn)
+    torch._dynamo.reset()
+    with (cpu_triton_interpreter(), switch.enabled(passes), recording() as records,
+          inductor_config.patch(force_disable_caches=True)):
+        actual = run(torch.compile(fn))
+    torch._dynamo.reset()
+    errors, bounds = [], []
+    for got, want in zip(actual, expected, strict=True):
+        if got is None or want is None:
+            continue
+        difference = (got.double() - want.double()).norm()
+        errors.append(float(difference / want.double().norm().clamp_min(1e-30)))
+        bounds.append(CHECK_BOUNDS.get(want.dtype, 1e-4))
+    return NumericsCheck(errors, bounds, list(records))

@@ -154,6 +154,35 @@ def test_cli_demo_counts():
     assert "def triton_" not in out
 
 
+_TOWERS = ("tests.test_grouped_matmuls:Towers", "--inputs", "tuple(torch.randn(64, 32) for _ in range(16))")
+
+
+def test_cli_check_runs_the_generated_kernels_against_eager():
+    out = _cli("check", *_TOWERS)
+    assert out.splitlines()[-1].startswith("=> as eager; largest relative error ")
+    assert "MatmulChainsToGroupedMlp" in out.splitlines()[-1]  # the two-layer kernel ran in the interpreter
+    out = _cli("check", *_TOWERS, "--mode", "training")
+    # the output, the 16 inputs' gradients, the 64 parameters', and the summary
+    assert len([line for line in out.splitlines() if "relative error" in line]) == 1 + 16 + 16 * 4 + 1
+    assert out.splitlines()[-1].startswith("=> as eager") and "IndependentMatmulsToGroupedMatmul" in out
+
+
+def test_cli_check_exits_1_where_a_kernel_is_wrong(capsys):
+    from unittest import mock
+
+    from optimus_ir import grouped_mm
+    from optimus_ir.cli import main
+
+    def wrong(*args, out, **kwargs):
+        for y in out:
+            y.fill_(1.0)
+
+    with mock.patch.object(grouped_mm, "launch_mlp", lambda *a, **k: wrong(*a, out=a[7], **k)):
+        assert main(["check", *_TOWERS]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("=> NOT as eager")
+
+
 def test_cli_rules_lists_every_rule_in_order_with_its_pass_and_stage():
     from optimus_ir.registry import RULES
 
