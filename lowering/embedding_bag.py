@@ -99,7 +99,6 @@ class EmbeddingBagBackwardOfRegularBagsToScatterAdd(LoweringRule):
     atomics cannot serve (deterministic mode, dtypes without atomic add). Low precision accumulates in fp32.
     """
 
-    name = "EmbeddingBagBackwardOfRegularBagsToScatterAdd"
     pass_name = "horizontal"
     op = aten._embedding_bag_backward.default
 
@@ -295,7 +294,6 @@ class EmbeddingBagToSegmentSum(LoweringRule):
     rules'). Each bag adds its rows in order, without atomics: deterministic.
     """
 
-    name = "EmbeddingBagToSegmentSum"
     pass_name = "horizontal"
     op = (aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
 
@@ -386,7 +384,6 @@ class EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd(LoweringRule):
     not in deterministic mode.
     """
 
-    name = "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"
     pass_name = "horizontal"
     op = aten._embedding_bag_backward.default
 

@@ -97,7 +97,6 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
     ``cols`` of one length (graph inputs or computed).
     """
 
-    name = "SelectedGramEntriesToDotProducts"
     pass_name = "horizontal"
     op = aten.index.Tensor
 

@@ -233,7 +233,6 @@ class PieceLayerNormsToOneLayerNorm(GraphRule):
     effects (AOTAutograd applies no recompute tags there).
     """
 
-    name = "PieceLayerNormsToOneLayerNorm"
     pass_name = "splitcat"
 
     def rewrite(self, graph: torch.fx.Graph) -> None:

@@ -398,7 +398,6 @@ class IndependentMatmulsToGroupedMatmul(GraphRule):
     (``MAX_MEMBER_MACS_IEEE_FP32`` in fp32 without TF32).
     """
 
-    name = "IndependentMatmulsToGroupedMatmul"
     pass_name = "horizontal"
     stage = Stage.POST_GRAD
 
@@ -456,7 +455,6 @@ class MatmulChainsToGroupedMlp(GraphRule):
     step the hidden activations are saved for the backward (read twice): not a chain, left to the per-depth rule.
     """
 
-    name = "MatmulChainsToGroupedMlp"
     pass_name = "horizontal"
     stage = Stage.POST_GRAD
 

@@ -72,7 +72,6 @@ class MatmulBiasReluToAddmmActivation(LoweringRule):
     fp32, fp16 or bf16, where Inductor writes Triton kernels (on the CPU, ATen's call is addmm then relu).
     """
 
-    name = "MatmulBiasReluToAddmmActivation"
     pass_name = "splitcat"
     op = aten.relu.default
 

@@ -102,7 +102,6 @@ class RowScaledMatmulInputToScaledProduct(LoweringRule):
     the input), where Inductor writes Triton kernels.
     """
 
-    name = "RowScaledMatmulInputToScaledProduct"
     pass_name = "horizontal"
     op = (aten.div.Tensor, aten.mm.default)
 

@@ -234,7 +234,6 @@ class SummedSmallMatmulsToOneReduction(LoweringRule):
     a later call may not loop longer per output. Larger sums are left to ``SharedOperandMatmulsToOneMatmul``.
     """
 
-    name = "SummedSmallMatmulsToOneReduction"
     pass_name = "horizontal"
     op = aten.add.Tensor
 
@@ -312,7 +311,6 @@ class SharedOperandMatmulsToOneMatmul(LoweringRule):
     sum's other terms must be graph inputs, values another lowering rule returned, or buffers the sum reads.
     """
 
-    name = "SharedOperandMatmulsToOneMatmul"
     pass_name = "horizontal"
     op = aten.add.Tensor
 

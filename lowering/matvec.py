@@ -40,7 +40,6 @@ class MatvecToRowReduction(LoweringRule):
     product: a symbolic ``K`` makes the reduction a loop.
     """
 
-    name = "MatvecToRowReduction"
     pass_name = "horizontal"
     op = (aten.mm.default, aten.addmm.default)
 

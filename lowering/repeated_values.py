@@ -105,7 +105,6 @@ class RepeatedComputationToFirstValue(LoweringRule):
     proven the value's.
     """
 
-    name = "RepeatedComputationToFirstValue"
     pass_name = "horizontal"
     op = (aten.scatter_add.default, aten.mm.default)
 

@@ -137,7 +137,6 @@ class SplitCatToPointwise(LoweringRule):
     recomputing it in every later layer would only repeat work.
     """
 
-    name = "SplitCatToPointwise"
     may_add_launches = True
     pass_name = "splitcat"
     op = aten.cat.default
@@ -214,7 +213,6 @@ class CatConsumerIntoPieces(LoweringRule):
     it writes. Per-element work is the op once, whatever the number of pieces.
     """
 
-    name = "CatConsumerIntoPieces"
     may_add_launches = True
     pass_name = "splitcat"
     op = (

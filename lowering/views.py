@@ -165,7 +165,6 @@ class CatOfTilingSlicesToView(LoweringRule):
     (``x[:, 0::2]``, ``x[:, 1::2]``) go on to SplitCatToPointwise.
     """
 
-    name = "CatOfTilingSlicesToView"
     pass_name = "splitcat"
     op = aten.cat.default
 
@@ -340,7 +339,6 @@ class SliceOfCatToInput(_SlicesOfCat, LoweringRule):
     graph writes into the input.
     """
 
-    name = "SliceOfCatToInput"
     pass_name = "splitcat"
     op = aten.slice.Tensor
 
@@ -432,7 +430,6 @@ class SplitOfCatToInputs(_SplitOfCat, LoweringRule):
     reading the cat.
     """
 
-    name = "SplitOfCatToInputs"
     pass_name = "splitcat"
     op = aten.split.Tensor
 
@@ -457,7 +454,6 @@ class SplitWithSizesOfCatToInputs(_SplitOfCat, LoweringRule):
     Same proofs and refusals as :class:`SliceOfCatToInput`, per piece.
     """
 
-    name = "SplitWithSizesOfCatToInputs"
     pass_name = "splitcat"
     op = aten.split_with_sizes.default
 

@@ -1,6 +1,7 @@
 """What a rule is: its stage, its base class, and how it says that it does not apply.
 
-A rule is one small class with a docstring that shows the IR before and after. By stage:
+A rule is one small class with a docstring that shows the IR before and after; its name (in the dump, the logs,
+the counters and the switch) is its class's. By stage:
 
 - :class:`GraphRule` (``Stage.PRE_GRAD``) rewrites Dynamo's FX graph before AOTAutograd traces it (Inductor's
   ``pre_grad_custom_pass``): only where what follows would otherwise be traced, differentiated and lowered once per
@@ -51,22 +52,31 @@ class NotApplicable(Reject):
     driver moves on without recording it, so the dump lists the decisions about real candidates only."""
 
 
-class GraphRule:
-    """Base of rules that rewrite an FX graph: Dynamo's before AOTAutograd, or a post-grad one (see :class:`Stage`)."""
+class _Rule:
+    """What every rule has: its name (its class's, unless the class says otherwise), its pass and its stage."""
 
     name: ClassVar[str]
     pass_name: ClassVar[str]
+    stage: ClassVar[Stage]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in vars(cls):
+            cls.name = cls.__name__
+
+
+class GraphRule(_Rule):
+    """Base of rules that rewrite an FX graph: Dynamo's before AOTAutograd, or a post-grad one (see :class:`Stage`)."""
+
     stage: ClassVar[Stage] = Stage.PRE_GRAD
 
     def rewrite(self, graph: Any) -> None:
         raise NotImplementedError
 
 
-class LoweringRule:
+class LoweringRule(_Rule):
     """Base of rules that take over the lowering of one aten op for the inputs they recognize."""
 
-    name: ClassVar[str]
-    pass_name: ClassVar[str]
     stage: ClassVar[Stage] = Stage.LOWERING
     op: ClassVar[Any]  # the aten OpOverload whose lowering the rule takes over, or a tuple of them
     #: a firing can make the graph launch more kernels than stock (the op is lowered to other nodes, so what fuses
@@ -84,23 +94,19 @@ class LoweringRule:
         save it). Anything changed must compute the same values. Default: nothing."""
 
 
-class SchedulerRule:
+class SchedulerRule(_Rule):
     """Base of rules that rewrite the operations or scheduler nodes of a graph (see :class:`Stage`)."""
 
-    name: ClassVar[str]
-    pass_name: ClassVar[str]
     stage: ClassVar[Stage] = Stage.POST_FUSION
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:
         raise NotImplementedError
 
 
-class WrapperRule:
+class WrapperRule(_Rule):
     """Base of rules that rewrite the lines of a graph's Python wrapper that check its inputs (what
     ``PythonWrapperCodegen.codegen_input_size_asserts`` writes at the start of ``call``)."""
 
-    name: ClassVar[str]
-    pass_name: ClassVar[str]
     stage: ClassVar[Stage] = Stage.WRAPPER
 
     def rewrite(self, wrapper: Any, lines: list[str]) -> tuple[list[str], list[str], str]:

@@ -27,7 +27,6 @@ class DeadFoldedCatElimination(SchedulerRule):
     can leave an earlier one unread (a piece that loaded it), so this repeats until nothing changes.
     """
 
-    name = "DeadFoldedCatElimination"
     pass_name = "splitcat"
     stage = Stage.PRE_SCHEDULER
 

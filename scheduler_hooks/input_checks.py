@@ -51,7 +51,6 @@ class InputAssertsToOneCheck(WrapperRule):
     graph (not a subgraph's, nor the C++ wrapper), with at least two inputs of static sizes.
     """
 
-    name = "InputAssertsToOneCheck"
     pass_name = "horizontal"
 
     def rewrite(self, wrapper: Any, lines: list[str]) -> tuple[list[str], list[str], str]:

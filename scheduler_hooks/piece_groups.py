@@ -108,7 +108,6 @@ class PieceGroupToComboKernel(SchedulerRule):
     decision in the dump); a group of fewer than two nodes is left alone.
     """
 
-    name = "PieceGroupToComboKernel"
     pass_name = "splitcat"
 
     def rewrite(self, nodes: list[Any]) -> list[Any]:

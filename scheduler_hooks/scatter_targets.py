@@ -31,7 +31,6 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
     (stock, whose ATen gradient kernels its reordering cannot see: 72.5 MiB).
     """
 
-    name = "ScatterTargetFilledAfterScatterInputs"
     pass_name = "horizontal"
     stage = Stage.PRE_FUSION  # before any merge: fusion and the member-table groups keep the dependencies
 

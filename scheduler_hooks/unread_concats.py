@@ -28,7 +28,6 @@ class UnreadConcatElimination(SchedulerRule):
     whole cat, and a schedule that runs them early can hold several such cats at once.
     """
 
-    name = "UnreadConcatElimination"
     pass_name = "splitcat"
     stage = Stage.PRE_FUSION
 
