@@ -16,6 +16,7 @@ from optimus_ir import grouped_mm
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
+from optimus_ir.testing.sm90 import compile_kernel_for_sm90
 
 RULE = "IndependentMatmulsToGroupedMatmul"
 GROUPED = "torch.ops.optimus_ir.grouped_mm.default"
@@ -65,6 +66,19 @@ def test_kernel_computes_every_member_of_other_sizes_in_the_interpreter(dtype, b
         assert not y.isnan().any()
         if y.numel():
             assert _relative_error(y, expected) < BOUNDS[dtype]
+
+
+@pytest.mark.parametrize("dtype, tf32", [("float32", False), ("float32", True), ("bfloat16", False),
+                                         ("float16", False)])
+def test_both_kernels_compile_for_sm90(dtype, tf32):
+    # Triton's compiler, where the interpreter accepts code it refuses; the blocks the towers' calls take
+    common = dict(MEMBERS=16, PAD=16, DTYPE=f"tl.{dtype}", HAS_BIAS=True, RELU=True, TF32=tf32, BLOCK_M=64,
+                  BLOCK_K=32)
+    mm = {**common, "BLOCK_N": 64}
+    mlp = {**common, "HAS_BIAS2": True, "RELU2": False, "BLOCK_H": 64, "BLOCK_N": 16}
+    for factory, constexprs in (("optimus_ir.grouped_mm:_kernel", mm), ("optimus_ir.grouped_mm:_mlp_kernel", mlp)):
+        signature = {"table": "*i64", **dict.fromkeys(constexprs, "constexpr")}
+        assert compile_kernel_for_sm90(factory, signature, constexprs) > 0
 
 
 @pytest.mark.parametrize("interpreted", [True, False], ids=["interpreter", "aten"])

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["compile_for_sm90"]
+__all__ = ["compile_for_sm90", "compile_kernel_for_sm90"]
 
 
 def compile_for_sm90(source: str, constexprs: dict[str, int]) -> int:
@@ -37,6 +37,30 @@ def compile_for_sm90(source: str, constexprs: dict[str, int]) -> int:
     return int(done.stdout.split()[-1])
 
 
+def compile_kernel_for_sm90(factory: str, signature: dict[str, str], constexprs: dict[str, object]) -> int:
+    """Compile the kernel ``factory`` (``module:function``) returns when called with ``False`` (a kernel of ours,
+    made for the compiler, not the interpreter) for sm_90; a constexpr ``"tl.<dtype>"`` is that Triton dtype. The
+    size of the cubin; raises with Triton's error where it does not compile."""
+    request = json.dumps(["factory", factory, signature, constexprs])
+    done = subprocess.run([sys.executable, __file__, request], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{factory} does not compile for sm_90:\n{done.stderr[-4000:]}")
+    return int(done.stdout.split()[-1])
+
+
+def _compile_factory(factory: str, signature: dict[str, str], constexprs: dict[str, object]) -> int:
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module_name, _, function = factory.partition(":")
+    kernel = getattr(importlib.import_module(module_name), function)(False)
+    values = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in constexprs.items()}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=values)
+    return len(triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"])
+
+
 def _compile(path: str, name: str, signature: dict[str, str], constexprs: dict[str, int]) -> int:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -51,4 +75,5 @@ def _compile(path: str, name: str, signature: dict[str, str], constexprs: dict[s
 
 
 if __name__ == "__main__":
-    print(_compile(*json.loads(sys.argv[1])))
+    arguments = json.loads(sys.argv[1])
+    print(_compile_factory(*arguments[1:]) if arguments[0] == "factory" else _compile(*arguments))
