@@ -159,6 +159,8 @@ def pre_grad_pass(graph: Any) -> None:
     chained = PATCHES.original(config, "pre_grad_custom_pass")
     if chained is not None:
         chained(graph)
+    if dump.dump_dir() is not None:
+        dump.start()  # the dump of the graph compiled next holds these decisions too (its hooks come later)
     drivers.run_graph_rules(registry.rules_of(Stage.PRE_GRAD), graph)
 
 

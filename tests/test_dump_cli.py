@@ -61,6 +61,20 @@ def test_a_dump_folder_that_cannot_be_written_warns_once_and_fails_no_compile(tm
     assert len(warned) == 1 and "a_file/dump cannot be written" in warned[0]
 
 
+def test_the_dump_holds_the_decisions_on_dynamos_graph_of_the_first_compile(tmp_path, monkeypatch):
+    import torch.nn.functional as F
+
+    def pieces_normed(x, w, b):
+        return torch.cat([torch.tanh(F.layer_norm(p, (8,), w[i], b[i])) for i, p in enumerate(x.split(8, 1))], 1)
+
+    monkeypatch.setenv("OPTIMUS_IR_DUMP", str(tmp_path))
+    inputs = (torch.randn(16, 32), torch.randn(4, 8), torch.randn(4, 8))
+    with optimus_ir.enabled(), cpu_triton_interpreter(), torch._inductor.config.patch(force_disable_caches=True):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(pieces_normed)(*inputs), pieces_normed(*inputs))
+    assert "FIRED    PieceLayerNormsToOneLayerNorm" in (tmp_path / "graph_0" / "rewrites.txt").read_text()
+
+
 def test_no_dump_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("OPTIMUS_IR_DUMP", raising=False)
     monkeypatch.chdir(tmp_path)
