@@ -42,12 +42,17 @@ def _print_kernels(label: str, report: CompileReport) -> None:
         print()
 
 
+def _counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels: bool, stock_kernels: bool) -> None:
     """The counts and optimus_ir's kernels first, the rewrites after, stock's kernels only when asked for, and a
     one-line summary last."""
     print(f"=== {title}")
     for label, report in (("stock Inductor", stock), ("optimus_ir", ours)):
-        print(f"{label}: {len(report.launches)} kernel launches, {len(report.kernels)} distinct Triton kernels")
+        launches = _counted(len(report.launches), "kernel launch", "kernel launches")
+        print(f"{label}: {launches}, {_counted(len(report.kernels), 'distinct Triton kernel', 'distinct Triton kernels')}")
     if kernels:
         _print_kernels("optimus_ir", ours)
     if stock_kernels:
