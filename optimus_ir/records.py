@@ -21,6 +21,9 @@ __all__ = ["RewriteRecord", "add_listener", "record", "recording", "remove_liste
 log = logging.getLogger("optimus_ir")
 
 
+#: the nodes a decision's line names (the rest counted: the dump's summary and records keep them all)
+_NODES_SHOWN = 6
+
 @dataclasses.dataclass(frozen=True)
 class RewriteRecord:
     """One decision of one rule on one candidate."""
@@ -32,7 +35,10 @@ class RewriteRecord:
 
     def __str__(self) -> str:
         verdict = "FIRED   " if self.fired else "rejected"
-        return f"{verdict} {self.rule} on {', '.join(self.nodes)}: {self.detail}"
+        shown = ", ".join(self.nodes[:_NODES_SHOWN])
+        if len(self.nodes) > _NODES_SHOWN:
+            shown += f" and {len(self.nodes) - _NODES_SHOWN} more"
+        return f"{verdict} {self.rule} on {shown}: {self.detail}"
 
 
 _listeners: list[list[RewriteRecord]] = []
