@@ -35,7 +35,8 @@ call in the graph's wrapper), and ``IndependentMatmulsToGroupedMatmul`` writes t
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -289,131 +290,65 @@ def _check(activation: str) -> None:
         raise ValueError(f"grouped_mm: activation {activation!r}, not one of {ACTIVATIONS}")
 
 
-def _outputs(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [x.new_empty((x.shape[0], w.shape[1])) for x, w in zip(a, b)]
-
-
-def _triton(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-            outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    out = _outputs(a, b)
-    launch(a, b, bias, activation, out, outside_graph_pools)
-    return out
-
-
-def _cpu(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-         outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    import triton
-
-    if triton.knobs.runtime.interpret:
-        return _triton(a, b, bias, activation)
-    _check(activation)
-    return _aten(a, b, bias, activation)
-
-
 def _aten(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], bias: Sequence[torch.Tensor | None],
           activation: str) -> list[torch.Tensor]:
     out = [torch.mm(x, w) if c is None else torch.addmm(c, x, w) for x, w, c in zip(a, b, bias)]
     return [torch.relu(y) for y in out] if activation == "relu" else out
 
 
-def _fake(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-          outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    _check(activation)
-    return _outputs(a, b)
+def _register(name: str, layers: int, launcher: Callable[..., None]) -> None:
+    """The CUDA, CPU and fake implementations of ``name`` and ``name_cat``, whose arguments are ``a``, then per
+    layer its weights, biases and activation, then ``outside_graph_pools``; ``launcher(*arguments, out,
+    outside_graph_pools)`` writes the members' outputs. On the CPU: the kernel under Triton's interpreter where that
+    is on, else ATen's products layer after layer."""
+    arity = 1 + 3 * layers
+
+    def parsed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], bool]:
+        for activation in args[3:arity:3]:
+            _check(activation)
+        outside = args[arity] if len(args) > arity else kwargs.get("outside_graph_pools", False)
+        return args[:arity], outside
+
+    def outputs(args: tuple[Any, ...], cat: bool) -> tuple[Any, list[torch.Tensor]]:
+        """What the op returns, and the tensors its members write: their own, or their columns of one cat."""
+        a, widths = args[0], [w.shape[1] for w in args[arity - 3]]
+        if not cat:
+            out = [x.new_empty((x.shape[0], n)) for x, n in zip(a, widths)]
+            return out, out
+        whole = a[0].new_empty((a[0].shape[0], sum(widths)))
+        return whole, list(whole.split(widths, 1))
+
+    def launched(args: tuple[Any, ...], outside: bool, cat: bool) -> Any:
+        result, out = outputs(args, cat)
+        launcher(*args, out, outside)
+        return result
+
+    def on_cuda(cat: bool) -> Callable[..., Any]:
+        return lambda *args, **kwargs: launched(*parsed(args, kwargs), cat)
+
+    def on_cpu(cat: bool) -> Callable[..., Any]:
+        def computed(*args: Any, **kwargs: Any) -> Any:
+            import triton
+
+            args, outside = parsed(args, kwargs)
+            if triton.knobs.runtime.interpret:
+                return launched(args, outside, cat)
+            x = args[0]
+            for w, c, activation in zip(args[1::3], args[2::3], args[3::3]):
+                x = _aten(x, w, c, activation)
+            return torch.cat(x, 1) if cat else x
+
+        return computed
+
+    def fake(cat: bool) -> Callable[..., Any]:
+        return lambda *args, **kwargs: outputs(parsed(args, kwargs)[0], cat)[0]
+
+    for op, cat in ((name, False), (f"{name}_cat", True)):
+        _LIBRARY.impl(op, on_cuda(cat), "CUDA")
+        _LIBRARY.impl(op, on_cpu(cat), "CPU")
+        torch.library.register_fake(f"optimus_ir::{op}", fake(cat), lib=_LIBRARY)
 
 
-def _side_by_side(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The output of ``grouped_mm_cat`` and each member's columns of it."""
-    widths = [w.shape[1] for w in b]
-    whole = a[0].new_empty((a[0].shape[0], sum(widths)))
-    return whole, list(whole.split(widths, 1))
-
-
-def _triton_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-                outside_graph_pools: bool = False) -> torch.Tensor:
-    whole, columns = _side_by_side(a, b)
-    launch(a, b, bias, activation, columns, outside_graph_pools)
-    return whole
-
-
-def _cpu_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-             outside_graph_pools: bool = False) -> torch.Tensor:
-    import triton
-
-    if triton.knobs.runtime.interpret:
-        return _triton_cat(a, b, bias, activation)
-    return torch.cat(_cpu(a, b, bias, activation), 1)
-
-
-def _fake_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-              outside_graph_pools: bool = False) -> torch.Tensor:
-    _check(activation)
-    return _side_by_side(a, b)[0]
-
-
-def _triton_mlp(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-                b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-                outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    out = _outputs(a, b2)
-    launch_mlp(a, b, bias, activation, b2, bias2, activation2, out, outside_graph_pools)
-    return out
-
-
-def _cpu_mlp(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-             b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-             outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    import triton
-
-    if triton.knobs.runtime.interpret:
-        return _triton_mlp(a, b, bias, activation, b2, bias2, activation2)
-    _check(activation)
-    _check(activation2)
-    return _aten(_aten(a, b, bias, activation), b2, bias2, activation2)
-
-
-def _fake_mlp(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-              b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-              outside_graph_pools: bool = False) -> list[torch.Tensor]:
-    _check(activation)
-    _check(activation2)
-    return _outputs(a, b2)
-
-
-def _triton_mlp_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-                    b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-                    outside_graph_pools: bool = False) -> torch.Tensor:
-    whole, columns = _side_by_side(a, b2)
-    launch_mlp(a, b, bias, activation, b2, bias2, activation2, columns, outside_graph_pools)
-    return whole
-
-
-def _cpu_mlp_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-                 b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-                 outside_graph_pools: bool = False) -> torch.Tensor:
-    import triton
-
-    if triton.knobs.runtime.interpret:
-        return _triton_mlp_cat(a, b, bias, activation, b2, bias2, activation2)
-    return torch.cat(_cpu_mlp(a, b, bias, activation, b2, bias2, activation2), 1)
-
-
-def _fake_mlp_cat(a: list[torch.Tensor], b: list[torch.Tensor], bias: list[torch.Tensor | None], activation: str,
-                  b2: list[torch.Tensor], bias2: list[torch.Tensor | None], activation2: str,
-                  outside_graph_pools: bool = False) -> torch.Tensor:
-    _check(activation)
-    _check(activation2)
-    return _side_by_side(a, b2)[0]
-
-
-_LIBRARY.impl("grouped_mm", _triton, "CUDA")
-_LIBRARY.impl("grouped_mm", _cpu, "CPU")
-torch.library.register_fake("optimus_ir::grouped_mm", _fake, lib=_LIBRARY)
-_LIBRARY.impl("grouped_mm_cat", _triton_cat, "CUDA")
-_LIBRARY.impl("grouped_mm_cat", _cpu_cat, "CPU")
-torch.library.register_fake("optimus_ir::grouped_mm_cat", _fake_cat, lib=_LIBRARY)
-_LIBRARY.impl("grouped_mlp", _triton_mlp, "CUDA")
-_LIBRARY.impl("grouped_mlp", _cpu_mlp, "CPU")
-torch.library.register_fake("optimus_ir::grouped_mlp", _fake_mlp, lib=_LIBRARY)
-_LIBRARY.impl("grouped_mlp_cat", _triton_mlp_cat, "CUDA")
-_LIBRARY.impl("grouped_mlp_cat", _cpu_mlp_cat, "CPU")
-torch.library.register_fake("optimus_ir::grouped_mlp_cat", _fake_mlp_cat, lib=_LIBRARY)
+# the launchers looked up per call, as any module function is (replaceable)
+_register("grouped_mm", 1, lambda *args: launch(*args))
+_register("grouped_mlp", 2, lambda *args: launch_mlp(*args))
