@@ -69,6 +69,10 @@ class Member:
         value = _val(self.nodes[0])
         return value.dtype, value.device, self.activation, self.bias is not None
 
+    @property
+    def layers(self) -> tuple[Member, ...]:
+        return (self,)
+
     def mapped(self, nodes: dict[Any, Any]) -> Member:
         """This product with its nodes replaced where ``nodes`` says (a graph's copy; an earlier group's results)."""
         def mapped(n: Any) -> Any:
@@ -97,20 +101,21 @@ class Chain:
     def result(self) -> torch.fx.Node:
         return self.second.result
 
+    @property
+    def layers(self) -> tuple[Member, ...]:
+        return self.first, self.second
+
     def mapped(self, nodes: dict[Any, Any]) -> Chain:
         return Chain(self.first.mapped(nodes), self.second.mapped(nodes))
 
 
 def _call(members: list[Member] | list[Chain], into_cat: bool,
           outside_graph_pools: bool) -> tuple[torch._ops.OpOverload, tuple[Any, ...]]:
-    """The op and arguments of one call computing ``members``."""
-    layers = [[m.first for m in members], [m.second for m in members]] if isinstance(members[0], Chain) else [members]
+    """The op and arguments of one call computing ``members``: per layer its weights, biases and activation."""
+    layers = list(zip(*(m.layers for m in members)))
     args = tuple(x for layer in layers for x in ([m.b for m in layer], [m.bias for m in layer], layer[0].activation))
-    if len(layers) == 2:
-        op = grouped_mm.MLP_CAT_OP if into_cat else grouped_mm.MLP_OP
-    else:
-        op = grouped_mm.CAT_OP if into_cat else grouped_mm.OP
-    return op, ([m.a for m in members], *args, outside_graph_pools)
+    ops = {1: (grouped_mm.OP, grouped_mm.CAT_OP), 2: (grouped_mm.MLP_OP, grouped_mm.MLP_CAT_OP)}[len(layers)]
+    return ops[into_cat], ([m.a for m in members], *args, outside_graph_pools)
 
 
 def _val(node: Any) -> Any:
@@ -487,8 +492,8 @@ def _rewrite_groups(rule: str, graph: torch.fx.Graph, found: list[list[Member]] 
 
 
 def _described(members: list[Member] | list[Chain], into_cat: bool) -> str:
-    chains = isinstance(members[0], Chain)
-    layers = [[m.first for m in members], [m.second for m in members]] if chains else [members]
+    layers = list(zip(*(m.layers for m in members)))
+    chains = len(layers) == 2
     shapes = ", ".join(_shape(m.a) + "".join(f"@{_shape(layer[i].b)}" for layer in layers)
                        for i, m in enumerate(members[:4]))
     more = f" and {len(members) - 4} more" if len(members) > 4 else ""
