@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 from optimus_ir import drivers, dump, graph_state, passes, settings, stock_guard
 from optimus_ir.after_import import after_import
 from optimus_ir.patching import PATCHES
+from optimus_ir.records import warn_once
 from optimus_ir.rule import Stage
 
 __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", "uninstall"]
@@ -53,9 +53,6 @@ __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", 
 #: per launch (measured on the H200, 2026-12-06: benchmarks/results/HISTORY.md). A fused name is cut so that ``triton_poi_<fused>_<n>``
 #: stays within it, ``n`` up to 6 digits.
 MAX_FUSED_NAME = 150 - len("triton_poi__") - 6
-
-log = logging.getLogger("optimus_ir")
-_WARNED_RULES: set[str] = set()  # rule names the switch gave that no rule has, warned of
 
 
 @functools.cache
@@ -100,7 +97,9 @@ def _pass_classes() -> tuple[type, type, type]:
                 self.chained(graph)
             drivers.run_graph_rules(registry.rules_of(Stage.POST_GRAD), graph)
             install_compile_hooks()
-            _warn_of_unknown_rules(registry.unknown_rules(passes.active()))
+            for name in registry.unknown_rules(passes.active()):  # a typo switches nothing off
+                warn_once(("rule", name), "optimus_ir: the switch names no rule %s (`python -m optimus_ir rules` "
+                          "lists them)", name)
 
     class OptimusPreFusionPass(_Keyed):
         """``_pre_fusion_custom_pass``: the scheduler rules that run before Inductor's fusion."""
@@ -124,15 +123,6 @@ def _pass_classes() -> tuple[type, type, type]:
             drivers.prepare_joint_graph(registry.rules_of(Stage.LOWERING), graph)
 
     return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
-
-
-def _warn_of_unknown_rules(names: list[str]) -> None:
-    """Once per name: a rule the switch names that none has (a typo switches nothing off)."""
-    new = [name for name in names if name not in _WARNED_RULES]
-    if new:
-        _WARNED_RULES.update(new)
-        log.warning("optimus_ir: the switch names no rule %s (`python -m optimus_ir rules` lists them)",
-                    ", ".join(new))
 
 
 def post_fusion_pass(nodes: list[Any]) -> list[Any]:

@@ -16,13 +16,14 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
 
-__all__ = ["RewriteRecord", "add_listener", "record", "recording", "remove_listener"]
+__all__ = ["RewriteRecord", "add_listener", "record", "recording", "remove_listener", "warn_once"]
 
 log = logging.getLogger("optimus_ir")
 
-
 #: the nodes a decision's line names (the rest counted: the dump's summary and records keep them all)
 _NODES_SHOWN = 6
+_warned: set[object] = set()  # what :func:`warn_once` has warned of
+
 
 @dataclasses.dataclass(frozen=True)
 class RewriteRecord:
@@ -39,6 +40,14 @@ class RewriteRecord:
         if len(self.nodes) > _NODES_SHOWN:
             shown += f" and {len(self.nodes) - _NODES_SHOWN} more"
         return f"{verdict} {self.rule} on {shown}: {self.detail}"
+
+
+def warn_once(key: object, message: str, *args: object) -> None:
+    """A warning on the ``optimus_ir`` logger, the first time ``key`` comes in this process (a setting read at every
+    decision, a name given once for every compile)."""
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
 
 
 _listeners: list[list[RewriteRecord]] = []

@@ -6,18 +6,16 @@ that cannot be read falls back to the default, with a warning that says so: a se
 
 from __future__ import annotations
 
-import logging
 import os
+
+from optimus_ir.records import warn_once
 
 __all__ = ["PEAK_TOLERANCE_ENV", "DEFAULT_PEAK_TOLERANCE", "cache_key", "peak_tolerance"]
 
-log = logging.getLogger("optimus_ir")
 
 #: How much a merge may raise a graph's estimated peak memory, as a fraction of the peak before any merge.
 PEAK_TOLERANCE_ENV = "OPTIMUS_IR_PEAK_TOLERANCE"
 DEFAULT_PEAK_TOLERANCE = 0.01
-
-_warned: set[str] = set()  # the values warned of
 
 
 def peak_tolerance() -> float:
@@ -30,10 +28,8 @@ def peak_tolerance() -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        if text not in _warned:  # read at every decision: said once
-            _warned.add(text)
-            log.warning("optimus_ir: %s=%r is not a fraction of at least 0; %s used", PEAK_TOLERANCE_ENV, text,
-                        DEFAULT_PEAK_TOLERANCE)
+        warn_once((PEAK_TOLERANCE_ENV, text), "optimus_ir: %s=%r is not a fraction of at least 0; %s used",
+                  PEAK_TOLERANCE_ENV, text, DEFAULT_PEAK_TOLERANCE)
         return DEFAULT_PEAK_TOLERANCE
     return value
 

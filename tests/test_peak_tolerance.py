@@ -8,7 +8,7 @@ from unittest import mock
 import pytest
 import torch
 
-from optimus_ir import patches, settings
+from optimus_ir import patches, records, settings
 from optimus_ir.inspect import compile_report
 from optimus_ir.scheduler_hooks.horizontal import merging
 from optimus_ir.scheduler_hooks.horizontal.memory import MemoryEstimate
@@ -32,7 +32,7 @@ def test_the_tolerance_is_read_from_the_environment(monkeypatch, text, value):
 @pytest.mark.parametrize("text", ["abc", "-0.1", "inf", "nan"])
 def test_a_bad_tolerance_falls_back_to_the_default_with_a_warning(monkeypatch, caplog, text):
     monkeypatch.setenv(settings.PEAK_TOLERANCE_ENV, text)
-    monkeypatch.setattr(settings, "_warned", set())
+    monkeypatch.setattr(records, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="optimus_ir"):
         for _ in range(3):  # read at every decision, said once
             assert settings.peak_tolerance() == settings.DEFAULT_PEAK_TOLERANCE
