@@ -5,8 +5,8 @@
     torch.compile(model, backend="optimus_ir", options={"optimus_ir": "splitcat", "max_autotune": True})
 
 ``options`` are Inductor's, as ``torch.compile(..., options=...)`` takes them, plus ``"optimus_ir"``: the passes and
-rules, as ``OPTIMUS_IR`` names them (default: every pass). They apply to this compile's graphs, its backward too (compiled at
-the first backward), whatever ``OPTIMUS_IR`` says for other compiles. Dynamo finds the backend by its
+rules, as ``OPTIMUS_IR`` names them (default: every pass). They apply to this compile's graphs, its backward too
+(compiled at the first backward), whatever ``OPTIMUS_IR`` says for other compiles. Dynamo finds the backend by its
 ``torch_dynamo_backends`` entry point. The hooks it installs stay, inert where no pass applies, until
 :func:`optimus_ir.disable`.
 """

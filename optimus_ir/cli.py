@@ -52,7 +52,8 @@ def _print_report(title: str, stock: CompileReport, ours: CompileReport, kernels
     print(f"=== {title}")
     for label, report in (("stock Inductor", stock), ("optimus_ir", ours)):
         launches = _counted(len(report.launches), "kernel launch", "kernel launches")
-        print(f"{label}: {launches}, {_counted(len(report.kernels), 'distinct Triton kernel', 'distinct Triton kernels')}")
+        distinct = _counted(len(report.kernels), "distinct Triton kernel", "distinct Triton kernels")
+        print(f"{label}: {launches}, {distinct}")
     if kernels:
         _print_kernels("optimus_ir", ours)
     if stock_kernels:
@@ -221,7 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "and compare them with eager",
     )
     check_parser.add_argument("target", help="module:function (or module:Module class, built with no arguments)")
-    check_parser.add_argument("--inputs", required=True, help="as report's (CPU tensors; small: the interpreter is slow)")
+    check_parser.add_argument(
+        "--inputs", required=True, help="as report's (CPU tensors; small: the interpreter is slow)",
+    )
     check_parser.add_argument("--passes", default="all", help="as report's")
     check_parser.add_argument("--mode", choices=("inference", "training"), default="inference",
                               help="inference, or a training step: the gradients compared too")

@@ -132,6 +132,7 @@ def check_numerics(
     from torch.utils._pytree import tree_leaves
 
     from optimus_ir.interpret import cpu_triton_interpreter
+    from optimus_ir.testing.measure import max_rel_error
 
     def leaves(value: Any) -> list[torch.Tensor]:
         return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
@@ -157,11 +158,6 @@ def check_numerics(
           inductor_config.patch(force_disable_caches=True)):
         actual = run(torch.compile(fn))
     torch._dynamo.reset()
-    errors, bounds = [], []
-    for got, want in zip(actual, expected, strict=True):
-        if got is None or want is None:
-            continue
-        difference = (got.double() - want.double()).norm()
-        errors.append(float(difference / want.double().norm().clamp_min(1e-30)))
-        bounds.append(CHECK_BOUNDS.get(want.dtype, 1e-4))
-    return NumericsCheck(errors, bounds, list(records))
+    compared = [(got, want) for got, want in zip(actual, expected, strict=True) if got is not None and want is not None]
+    return NumericsCheck([max_rel_error(got, want) for got, want in compared],
+                         [CHECK_BOUNDS.get(want.dtype, 1e-4) for _, want in compared], list(records))

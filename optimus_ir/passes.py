@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 __all__ = [
-    "PASSES", "Switch", "active", "active_passes", "compiling_with", "configured", "enabled_passes", "parse_passes",
+    "PASSES", "Switch", "active", "compiling_with", "configured", "enabled_passes", "parse_passes",
     "parse_switch", "rule_applies", "set_enabled", "suspended",
 ]
 
@@ -110,24 +110,14 @@ def configured() -> Switch:
     return _enabled
 
 
-def configured_passes() -> frozenset[str]:
-    """The passes the process's switch runs."""
-    return _enabled.passes
-
-
 def active() -> Switch:
     """The switch of the compile in progress: its backend's, else the process's (what Inductor's cache keys hold)."""
     return _compiling.get() or _enabled
 
 
-def active_passes() -> frozenset[str]:
-    """The passes of the compile in progress (also inside :func:`suspended`)."""
-    return active().passes
-
-
 def enabled_passes() -> frozenset[str]:
-    """The passes whose rules may apply right now (:func:`active_passes`, less those :func:`suspended`)."""
-    return active_passes() - _suspended.get()
+    """The passes whose rules may apply right now: the compile's (:func:`active`), less those :func:`suspended`."""
+    return active().passes - _suspended.get()
 
 
 def rule_applies(rule: str, pass_name: str) -> bool:

@@ -50,8 +50,8 @@ __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", 
 
 #: Triton 3.6 names a kernel's cubin by the first 150 characters of the kernel's name, where Inductor 2.11's static
 #: launcher looks for the whole name: a longer name is launched by Triton's Python launcher, at a higher host cost
-#: per launch (measured on the H200, 2026-12-06: benchmarks/results/HISTORY.md). A fused name is cut so that ``triton_poi_<fused>_<n>``
-#: stays within it, ``n`` up to 6 digits.
+#: per launch (measured on the H200, 2026-12-06: benchmarks/results/HISTORY.md). A fused name is cut so that
+#: ``triton_poi_<fused>_<n>`` stays within it, ``n`` up to 6 digits.
 MAX_FUSED_NAME = 150 - len("triton_poi__") - 6
 
 
@@ -169,7 +169,7 @@ def install_config_hooks() -> None:
 
 def _install_cache_hook() -> None:
     """A graph served from Inductor's cache gets a dump folder too (no compile hook runs for it)."""
-    if not passes.configured_passes():
+    if not passes.configured().passes:
         return  # disabled again before torch._inductor.codecache was imported
     from torch._inductor.codecache import FxGraphCache
 
