@@ -22,15 +22,21 @@ DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, 
 WARM_CALLS = 3
 
 
-@pytest.mark.parametrize("precision", list(BOUNDS))
-def test_kernel_against_fp64(precision, monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
-    dtype = DTYPES[precision]
+@pytest.fixture(params=list(BOUNDS))
+def precision(request, monkeypatch):
+    """Each precision the kernels take, TF32 allowed for "tf32" alone."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", request.param == "tf32")
+    return request.param
+
+
+def _randn(dtype):
     generator = torch.Generator(device="cuda").manual_seed(0)
+    return lambda *shape: torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
 
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
 
+def test_kernel_against_fp64(precision):
+    dtype = DTYPES[precision]
+    randn = _randn(dtype)
     shared = randn(1000, 96)
     a = [shared, shared, randn(300, 70).t(), randn(1, 33), randn(2048, 256)]
     b = [randn(128, 96).t(), randn(96, 40), randn(300, 17), randn(33, 8), randn(256, 128)]
@@ -43,15 +49,9 @@ def test_kernel_against_fp64(precision, monkeypatch):
         assert max_rel_error(y, expected) < BOUNDS[precision]
 
 
-@pytest.mark.parametrize("precision", list(BOUNDS))
-def test_two_layer_kernel_against_fp64(precision, monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", precision == "tf32")
+def test_two_layer_kernel_against_fp64(precision):
     dtype = DTYPES[precision]
-    generator = torch.Generator(device="cuda").manual_seed(0)
-
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", dtype=dtype, generator=generator)
-
+    randn = _randn(dtype)
     # (m, k, hidden, n): a hidden width of several chunks and not a multiple of one, ragged rows, the widest output
     sizes = [(1024, 32, 64, 16), (1000, 96, 200, 128), (1, 33, 8, 3), (2048, 128, 256, 100)]
     a = [randn(m, k) for m, k, _, _ in sizes]
