@@ -23,8 +23,8 @@ from optimus_ir.testing.wrapper_memory import peak_bytes
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_golden_kernels(case):
     inputs = case.make_inputs()
-    stock = compile_report(case.fn, inputs, passes=None)
-    report = compile_report(case.fn, inputs, passes="all")
+    stock = compile_report(case.fn, inputs, passes=None, dynamic=case.dynamic)
+    report = compile_report(case.fn, inputs, passes="all", dynamic=case.dynamic)
     assert len(stock.launches) == case.stock_launches
     assert len(report.launches) == case.launches
     fired = {r.rule for r in report.rewrites if r.fired}
@@ -51,24 +51,27 @@ def _clone_inputs(inputs):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_numerics_in_interpreter(case):
-    inputs = case.make_inputs()
-    eager_inputs = _clone_inputs(inputs)
-    expected = case.fn(*eager_inputs)
     codes = []
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
             inductor_config.patch(case.cpu_config), mock.patch.object(GraphLowering, "save_output_code", codes.append):
-        actual = torch.compile(case.fn, fullgraph=True)(*inputs)
-        backward_with_same_grads(actual, expected)
+        compiled = torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic)
+        for make_inputs in (case.make_inputs, case.other_sizes)[: 1 + case.dynamic]:
+            inputs = make_inputs()
+            eager_inputs = _clone_inputs(inputs)
+            expected = case.fn(*eager_inputs)
+            actual = compiled(*inputs)
+            backward_with_same_grads(actual, expected)
+            torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
+            for x, x_eager in zip(inputs, eager_inputs):
+                if x.requires_grad:
+                    torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)
     assert {r.rule for r in records if r.fired} >= set(case.fired)
     # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ, and the
-    # alignment a member-table kernel declares for graph inputs, which Inductor assumes aligned on GPUs only)
+    # alignment a member-table kernel declares for graph inputs, which Inductor assumes aligned on GPUs only); the
+    # other sizes ran them again, compiled once
     golden = _without_alignment_hints((GOLDEN_DIR / f"{case.name}.txt").read_text())
     executed = [kernel for code in codes for kernel in parse_wrapper(normalize(code)).kernels]
     assert sum(len(parse_wrapper(code).launches) for code in codes) == case.launches
     for kernel in executed:
         for body in _jit_functions(kernel.source):
             assert body in golden, f"{kernel.name} run in the interpreter is not a golden kernel:\n{body}"
-    torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
-    for x, x_eager in zip(inputs, eager_inputs):
-        if x.requires_grad:
-            torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)

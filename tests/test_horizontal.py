@@ -447,15 +447,37 @@ def test_dynamic_shapes_make_row_reductions_over_different_symbolic_widths_class
     torch.testing.assert_close(actual, expected)
 
 
-def test_dynamic_shapes_keep_full_reductions_of_symbolic_lengths_apart_with_the_reason():
+def test_dynamic_shapes_merge_full_reductions_of_symbolic_lengths_each_read_from_the_table():
+    """Full sums of tensors of different symbolic sizes: one kernel, each member's length an expression of its own
+    symbols, which the member table gets per call; one compile serves other lengths."""
+
     def fn(*xs):
         return [x.sum() for x in xs]
 
-    inputs = [torch.randn(8 + i, 16) for i in range(3)]
-    actual, expected, records = _run_in_interpreter(fn, inputs, dynamic=True)
-    assert not any(r.fired for r in records)
-    assert any("not merged (symbolic sizes, e.g. one row of symbolic length" in r.detail for r in records), records
-    torch.testing.assert_close(actual, expected)
+    compiled = torch.compile(fn, dynamic=True)
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows in ((8, 9, 10), (700, 3, 65)):
+            inputs = [torch.randn(r, 16) for r in rows]
+            torch.testing.assert_close(compiled(*inputs), fn(*inputs), atol=1e-4, rtol=1e-4)
+    fired = [r for r in records if r.rule == RULE and r.fired]
+    assert len(fired) == 1 and len(fired[0].nodes) == 3, records
+
+
+def test_dynamic_shapes_merge_sums_over_batches_of_different_symbols():
+    """A weight's gradient is a sum over its input's batch: per feature, each batch its own symbol. The rows'
+    length is symbolic and the bodies' indices do not name it, so they share one looped body, each member's
+    length from the table; other batches need no recompile."""
+
+    def fn(*xs):
+        return [(x * x).sum(0) for x in xs]
+
+    compiled = torch.compile(fn, dynamic=True)
+    with optimus_ir.enabled("horizontal"), cpu_triton_interpreter(), recording() as records:
+        for rows in ((8, 9, 10, 11), (300, 3, 2, 64)):
+            inputs = [torch.randn(r, 16) for r in rows]
+            torch.testing.assert_close(compiled(*inputs), fn(*inputs), atol=1e-4, rtol=1e-4)
+    fired = [r for r in records if r.rule == RULE and r.fired]
+    assert len(fired) == 1 and len(fired[0].nodes) == 4 and "row reduction" in fired[0].detail, records
 
 
 def test_a_kernel_reading_one_members_own_size_is_not_used_for_the_group():

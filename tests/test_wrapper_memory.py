@@ -36,3 +36,19 @@ def get_args():
     assert peak_bytes(wrapper.format(then="")) == 3 * 1024
     # and is freed with buf1: buf4 (2048 bytes) then joins buf2 and buf3 alone
     assert peak_bytes(wrapper.format(then="\n            buf4 = empty_strided_cuda((512, ), (1, ), torch.float32)")) == 4096
+
+
+def test_symbolic_sizes_count_at_the_wrappers_example_sizes():
+    # a dynamic-shape compile: s0 is bound from the call's arguments, its example value 64 in get_args
+    wrapper = """
+    def call(self, args):
+            arg0_1, arg1_1 = args
+            s0 = arg0_1
+            ps0 = 2*s0
+            buf0 = empty_strided_cuda(((s0 + 3)//4, 128), (128, 1), torch.float32)
+            buf1 = empty_strided_cuda((ps0, ), (1, ), torch.float32)
+def get_args():
+    arg0_1 = 64
+    arg1_1 = rand_strided((64, 8), (8, 1), device='cuda:0', dtype=torch.float32)
+"""
+    assert peak_bytes(wrapper) == 16 * 128 * 4 + 512

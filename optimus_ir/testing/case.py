@@ -22,6 +22,13 @@ class Case:
     #: Inductor settings of the interpreter's compile on the CPU, where Inductor's CPU passes would change the graph
     #: the GPU's compile has (its pattern passes fold a sum of matmuls into addmms there)
     cpu_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: symbolic sizes (a loop whose shapes change): the case compiles with ``dynamic=True``, and its numerics are
+    #: checked at its inputs and then at these of other sizes, through the same compile
+    other_sizes: Callable[[], tuple[torch.Tensor, ...]] | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        return self.other_sizes is not None
 
 
 def backward_with_same_grads(actual: Any, expected: Any) -> None:

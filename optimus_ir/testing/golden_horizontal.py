@@ -41,6 +41,10 @@ def full_sum_each(*xs):
     return [x.sum() for x in xs]
 
 
+def batch_sum_of_squares_each(*xs):
+    return [(x * x).sum(dim=0) for x in xs]
+
+
 def row_sum_of_tanh_each(*xs):
     return [torch.tanh(x).sum(dim=-1) for x in xs]
 
@@ -169,6 +173,20 @@ HORIZONTAL_CASES = [
         "horizontal_tanh_training_saved_outputs", tanh_each, _tensors(*[(32, 64)] * 6, grad=True), 12, 2,
         ("IdenticalKernelsToMemberTableKernel",),
     ),
+    # symbolic sizes: compiled with dynamic=True, run at two sizes through one compile
+    Case(
+        # each member's size a symbol of its own: where each starts in the kernel's blocks is computed per call
+        "horizontal_gelu_7_sizes_symbolic", gelu_each, _tensors(*[(rows, 96) for rows in _SEVEN_ROW_COUNTS]), 7, 1,
+        ("IdenticalKernelsToMemberTableKernel",),
+        other_sizes=_tensors(*[(rows + 37, 96) for rows in reversed(_SEVEN_ROW_COUNTS)]),
+    ),
+    Case(
+        # a weight's gradient is a sum over its batch, each batch a symbol of its own: one looped body, each
+        # member's row length read from the member table
+        "horizontal_batch_sums_symbolic", batch_sum_of_squares_each, _tensors(*[(rows, 48) for rows in (64, 40, 9)]),
+        3, 1, ("IdenticalKernelsToMemberTableKernel",), atol=1e-4, rtol=1e-4,
+        other_sizes=_tensors(*[(rows, 48) for rows in (5, 300, 33)]),
+    ),
 ]
 
 
@@ -267,6 +285,39 @@ HORIZONTAL_CASES.append(
         6,
         ("EmbeddingBagToSegmentSum", "EmbeddingBagBackwardOfRuntimeOffsetsToScatterAdd"),
         atol=1e-4,
+    )
+)
+
+
+def embedding_bags_jagged(*args):
+    # jagged features, as a loop serves them: per table 1-D ids and the offsets of its bags, a count of ids and a
+    # batch that change every call; the tables are parameters (static sizes)
+    n = len(args) // 3
+    ids, offsets, tables = args[:n], args[n : 2 * n], args[2 * n :]
+    for table in tables:  # (traced: their sizes static, as a module's parameters are)
+        torch._dynamo.mark_static(table)
+    return [F.embedding_bag(i, table, o, mode="sum") for i, o, table in zip(ids, offsets, tables)]
+
+
+def _jagged_inputs(batch: int, seed: int) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """Ids and offsets of ``batch`` bags of 0 to 8 ids for each of four tables, and the tables (sizes static)."""
+
+    def make() -> tuple[torch.Tensor, ...]:
+        generator = torch.Generator().manual_seed(seed)
+        rows = (50, 70, 90, 60)
+        lengths = [torch.randint(0, 9, (batch,), generator=generator) for _ in rows]
+        ids = [torch.randint(0, n, (int(length.sum()),), generator=generator) for n, length in zip(rows, lengths)]
+        offsets = [torch.cat([torch.zeros(1, dtype=torch.long), length.cumsum(0)[:-1]]) for length in lengths]
+        return (*ids, *offsets, *[torch.randn(n, 16, generator=generator) for n in rows])
+
+    return make
+
+
+HORIZONTAL_CASES.append(
+    Case(
+        # symbolic sizes: per table a segment sum over a symbolic count of ids and bags, the tables' kernels one
+        "embedding_bags_jagged_symbolic", embedding_bags_jagged, _jagged_inputs(8, 0), 4, 1,
+        ("EmbeddingBagToSegmentSum",), atol=1e-4, rtol=1e-4, other_sizes=_jagged_inputs(13, 1),
     )
 )
 

@@ -64,11 +64,13 @@ class MemberTableGroup(TableGroup):
     @property
     def direct(self) -> bool:
         """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
-        static sizes, and, for several members, no buffers made as one allocation (a table takes those as one
+        static sizes, bounds and row lengths, and, for several members, no buffers made as one allocation (a table takes those as one
         tensor)."""
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
-        if not index_math.is_static(b for s in self.structures for b in s.indirect_sizes):  # bounds known per call
+        if not index_math.is_static(  # bounds or row lengths known per call
+            [*(b for s in self.structures for b in s.indirect_sizes), *(s.rnumel_expr or 0 for s in self.structures)]
+        ):
             return False
         return len(self.members) == 1 or not self.one_allocations
 
@@ -92,8 +94,11 @@ class MemberTableGroup(TableGroup):
             sizes = "symbolic sizes, starts per call"
         divisors = len(varying_divisors(self.structures))
         divisors_text = f", {divisors} divisor(s) per member" if divisors else ""
+        symbolic_lengths = {s.rnumel_expr for s in self.structures if s.rnumel_expr is not None}
         lengths = sorted({s.rnumel for s in self.structures})
-        if len(lengths) > 1:
+        if len(symbolic_lengths) > 1:
+            divisors_text += f", rows of {len(symbolic_lengths)} symbolic lengths"
+        elif len(lengths) > 1:
             divisors_text += f", rows of {len(lengths)} lengths ({lengths[0]}..{lengths[-1]})"
         given = "tensors as arguments" if self.direct else "member table"
         return f"{'row reduction' if self.reduction else 'pointwise'}, {sizes}{divisors_text}, {given}"
@@ -169,6 +174,9 @@ def group_kernel(
         with V.set_kernel_handler(kernel):
             source = kernel.codegen_kernel()
     _check_shared_size_symbols(kernel, structures[0])
+    if kernel.persistent_reduction and kernel.rnumels and any(s.rnumel_expr is not None for s in structures):
+        # its one block of a row fits the first member's hint, not the longest row of a call
+        raise NotImplementedError("a persistent reduction over rows of symbolic lengths")
     kernel.check_slots()
     return GroupKernel(kernel, source, schedule, members, structures)
 

@@ -138,8 +138,9 @@ class MemberTableKernel(TritonKernel):
         #: address adds to the representative's offset (which the shared body adds)
         self.member_arguments: dict[str, list[tuple[str, int]]] = {}
         self.tiles = tiles
-        lengths = [s.rnumel for s in structures]
-        #: each member's row length, where they differ (the kernel is the longest row's, its masks kept)
+        lengths = [s.rnumel if s.rnumel_expr is None else s.rnumel_expr for s in structures]
+        #: each member's row length, where they differ (the kernel is the longest row's, its masks kept; where they
+        #: are symbolic, a looped reduction's, each member's length an expression the table gets per call)
         self.rnumels = lengths if len(set(lengths)) > 1 else None
         #: the name the prologue gives each value of the members → each member's value: the table rows after the
         #: numels (the divisors, the bounds of loaded indices, then the row lengths)

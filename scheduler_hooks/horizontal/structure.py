@@ -38,9 +38,12 @@ class Structure:
     #: is then its size hint, for the cost and memory estimates)
     numel_expr: sympy.Expr | None = None
     #: the reduction extent (elements reduced per row; 1 for pointwise; its size hint where symbolic). Part of the
-    #: key (a symbolic one as its expression), except for reductions of one row (a full sum, or a split reduction's
-    #: second stage): members reducing different counts merge there
+    #: key, except for reductions of one row (a full sum, or a split reduction's second stage) and rows of a
+    #: symbolic length over one dimension: members reducing different counts merge there
     rnumel: int = 1
+    #: a row length of symbolic size over one dimension (a weight's gradient summed over a batch): its expression;
+    #: members of other lengths read theirs from the member table, filled per call
+    rnumel_expr: sympy.Expr | None = None
     #: the bound of each index loaded from a tensor (a table's rows), by subnode and order, where it is a number
     #: (:func:`member_bounds`): members whose bounds differ read theirs from the member table (not part of the key)
     indirect_sizes: tuple[int, ...] = ()
@@ -138,8 +141,9 @@ def _unsupported(snode: Any, node: Any, abstract: bool) -> str | None:
 
     Symbolic sizes (dynamic shapes): pointwise nodes are compared over the flat index, whose expressions then name
     the size symbols they use (members merge only where those are the same symbols); row reductions by their sizes
-    but the row count, as expressions (a symbolic row length merges with the same symbol's); pointwise nodes that
-    load an index only where the row count is the one symbolic size."""
+    but the row count, as expressions (a symbolic row length over one dimension merges with any other, each
+    member's read from the table); pointwise nodes that load an index only where the row count is the one symbolic
+    size."""
     if not isinstance(snode, SchedulerNode) or not isinstance(snode.node, ir.ComputedBuffer):
         return f"not a computed buffer: {snode.get_name()}"
     iter_sizes, reduce_sizes = snode._sizes
@@ -241,31 +245,34 @@ class _Tracer:
         # goes into that buffer's address in the member table; what each index adds beyond it stays in the key
         base = {buffer: min(values) for buffer, values in self.constants.items()}
         _, (numel, rnumel) = node.group
-        # one row reduced over one dimension: no index can depend on the row's length (there is no row stride), so
-        # members of different lengths share a body; the kernel reads each member's length from the table
-        one_row = numel == 1 and all(len(reduce_sizes) <= 1 for _, _, reduce_sizes, *_ in self.traced)
-        parts = tuple(self._key_part(traced, base, one_row) for traced in self.traced)
+        # rows reduced over one dimension: no index can depend on their length where it is the one row's (there is
+        # no row stride) or a symbol (an index naming it differs per member): members of different lengths share a
+        # body, the kernel reading each member's length from the table
+        one_dim = all(len(reduce_sizes) <= 1 for _, _, reduce_sizes, *_ in self.traced)
+        one_row = numel == 1 and one_dim
+        symbolic_rows = one_dim and not isinstance(rnumel, (int, sympy.Integer))
+        parts = tuple(self._key_part(traced, base, one_row or symbolic_rows) for traced in self.traced)
         slots = sorted(slot_of, key=slot_of.__getitem__)
         dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
         numel_expr = None
         if not isinstance(numel, (int, sympy.Integer)):
             numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
-        if one_row and not isinstance(rnumel, (int, sympy.Integer)):
-            # (members of different lengths read theirs from the table: a number, not a symbol)
-            return f"symbolic sizes: one row of symbolic length {rnumel}"
         numbers = tuple(sorted((slot_of[name], name) for name in self.by_value))
-        extent = "one row, any length" if one_row and rnumel != 1 else sympy.sympify(rnumel)
+        extent = "one row, any length" if one_row and rnumel != 1 else "rows of any length" if symbolic_rows else (
+            sympy.sympify(rnumel))
         key = (str(node.get_device()), extent, dtypes, parts, numel_expr is not None, numbers)
         in_place = any(real != name for *_, written in self.traced for name, _, real in written)
         return Structure(
             key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
             tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
+            sympy.sympify(rnumel) if symbolic_rows else None,
             tuple(size for snode, *_ in self.traced for size in member_bounds(snode._body)),
             any(snode.is_reduction() for snode, *_ in self.traced),
         )
 
-    def _key_part(self, traced: Any, base: dict[str, int], one_row: bool) -> tuple[Any, ...]:
-        """One subnode's part of the key: its kind, sizes, loop bodies (slots for names) and what it writes."""
+    def _key_part(self, traced: Any, base: dict[str, int], any_length: bool) -> tuple[Any, ...]:
+        """One subnode's part of the key: its kind, sizes (the count of reduced dimensions alone, where rows of any
+        length merge), loop bodies (slots for names) and what it writes."""
         snode, iter_sizes, reduce_sizes, blocks, exprs, written = traced
         graphs = tuple(
             _graph_key(
@@ -280,7 +287,7 @@ class _Tracer:
         return (
             "reduction" if snode.is_reduction() else "pointwise",
             () if not snode.is_reduction() else tuple(sympy.sympify(s) for s in iter_sizes[1:]),
-            len(reduce_sizes) if one_row else tuple(sympy.sympify(s) for s in reduce_sizes),
+            len(reduce_sizes) if any_length else tuple(sympy.sympify(s) for s in reduce_sizes),
             graphs,
             tuple((self.slot_of.get(name), removable, self.slot_of[real]) for name, removable, real in written),
             tuple((None if in_table else size, *flags) for _, size, flags, in_table in indirect_indexing(snode._body)),

@@ -6,6 +6,7 @@ import difflib
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 import optimus_ir
 from optimus_ir.inspect import compile_report
@@ -19,8 +20,8 @@ pytestmark = CUDA
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_real_device_kernels_are_the_golden_kernels(case):
-    real = compile_report(case.fn, case.make_inputs(), passes="all")  # the real device where there is one
-    stock = compile_report(case.fn, case.make_inputs(), passes=None)
+    real = compile_report(case.fn, case.make_inputs(), passes="all", dynamic=case.dynamic)  # the real device
+    stock = compile_report(case.fn, case.make_inputs(), passes=None, dynamic=case.dynamic)
     assert (len(stock.launches), len(real.launches)) == (case.stock_launches, case.launches)
     text = render(real, stock)
     golden = (GOLDEN_DIR / f"{case.name}.txt").read_text()
@@ -31,15 +32,19 @@ def test_real_device_kernels_are_the_golden_kernels(case):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_numerics_on_the_gpu(case):
     torch.manual_seed(0)
-    inputs = tuple(x.detach().cuda().requires_grad_(x.requires_grad) for x in case.make_inputs())
-    eager_inputs = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-    expected = case.fn(*eager_inputs)
     torch._dynamo.reset()
+    counters.clear()
     with optimus_ir.enabled(), recording() as records:
-        actual = torch.compile(case.fn, fullgraph=True)(*inputs)
-        backward_with_same_grads(actual, expected)
+        compiled = torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic)
+        for make_inputs in (case.make_inputs, case.other_sizes)[: 1 + case.dynamic]:  # (other sizes: no recompile)
+            inputs = tuple(x.detach().cuda().requires_grad_(x.requires_grad) for x in make_inputs())
+            eager_inputs = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
+            expected = case.fn(*eager_inputs)
+            actual = compiled(*inputs)
+            backward_with_same_grads(actual, expected)
+            torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
+            for x, x_eager in zip(inputs, eager_inputs):
+                if x.requires_grad:
+                    torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)
     assert set(case.fired) <= {r.rule for r in records if r.fired}
-    torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
-    for x, x_eager in zip(inputs, eager_inputs):
-        if x.requires_grad:
-            torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)
+    assert counters["stats"]["unique_graphs"] == 1  # one compile served both sizes
