@@ -25,7 +25,9 @@ before it, the errors of every step against eager's (outputs; training: and ever
 warm-up pass and a steady one. The static comparison: the first batch of the stream, frozen, through a second
 function of the variant's own compiled on that batch alone (static shapes, what a program that only ever sees that
 batch runs), called again and again: its kernels per call, peak and error. Last, ms per step: the variants' steps and
-their frozen-batch calls interleaved call by call (:func:`time_in_turns`).
+their frozen-batch calls interleaved call by call (:func:`time_in_turns`). The ``floor`` variant runs the same
+stream through Dynamo and AOTAutograd with no kernel (:data:`FLOOR`): each variant's step and static call over the
+floor's say how much of a step a kernel-level rewrite could still remove.
 
 Per row (a model, a mode, a variant): kernels per step and ms per step, the static function's kernels and ms per
 call, and the loop's over them (``loop / static``); stock's and the fastest other variant's time over this one's,
@@ -82,6 +84,7 @@ from benchmarks.measure import (
     max_rel_error,
     own_copy,
     peak_memory_bytes,
+    runs_nothing_backend,
     variant_context,
     write_results,
 )
@@ -107,9 +110,14 @@ STEPS, PASSES = 12, 5
 #: untimed passes of the stream after the warm-up, before each measure: a merged kernel's member tables are cached by
 #: the addresses of its tensors, which settle in the first calls after a compile
 WARMUP_PASSES = 2
+#: no kernel: Dynamo and AOTAutograd over the same stream, symbolic sizes and all, each graph returning its first
+#: call's outputs (:func:`~benchmarks.measure.runs_nothing_backend`): the floor of a step, and of a static call, that
+#: no kernel-level rewrite goes below
+FLOOR = Variant("floor", True, {}, None)
 #: a row's columns, one row per model, mode and variant
 COLUMNS = ["model", "mode", "variant", "steps", "kernels/step", "static kernels/call", "loop / static kernels",
-           "ms/step", "static ms/call", "loop / static ms", "stock / this", "fastest other / this", "GPU ms/step",
+           "ms/step", "static ms/call", "loop / static ms", "over the floor: step, static", "stock / this",
+           "fastest other / this", "GPU ms/step",
            "peak MiB", "static peak MiB", "graphs", "recompiles", "dynamic compiles", "compiles after warm-up",
            "static recompiles", "static dynamic compiles", "max compiles/frame", "warm-up pass s", "max rel err",
            "static max rel err", "rules fired", "table writes/step timed", "ms/step by pass", "error"]
@@ -272,6 +280,9 @@ class CountingInductor(OwnInductor):
         sizes = [s for x in inputs_ if isinstance(x, torch.Tensor) for s in x.shape]
         dynamic = any(isinstance(s, torch.SymInt) for s in [*inputs_, *sizes])
         self.compiles.append((None if compile_id is None else compile_id.frame_id, dynamic, self.phase))
+        return self.compile_graph(model_, inputs_)
+
+    def compile_graph(self, model_: torch.fx.GraphModule, inputs_: list[Any]) -> Any:
         return super().__call__(model_, inputs_)
 
     def counts(self) -> dict[str, int]:
@@ -286,6 +297,17 @@ class CountingInductor(OwnInductor):
                 "dynamic compiles": sum(dynamic for _, dynamic, _ in self.compiles),
                 "compiles after warm-up": len(frames) - len(warm),
                 "max compiles/frame": max((frames.count(f) for f in set(frames)), default=0)}
+
+
+class CountingFloor(CountingInductor):
+    """:class:`CountingInductor` whose graphs run no kernel (:data:`FLOOR`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nothing = runs_nothing_backend()
+
+    def compile_graph(self, model_: torch.fx.GraphModule, inputs_: list[Any]) -> Any:
+        return self._nothing(model_, inputs_)
 
 
 @dataclasses.dataclass
@@ -320,7 +342,8 @@ def compiled_calls(variant: Variant, module: nn.Module, stream: list[Batch], mod
     if not variant.compile:
         steps = [make_call(module, batch, mode, params) for batch in stream]
         return Compiled(variant, steps, steps[FROZEN])
-    backend, static_backend = CountingInductor(), CountingInductor()
+    counting = CountingFloor if variant is FLOOR else CountingInductor
+    backend, static_backend = counting(), counting()
     loop = torch.compile(own_copy(real_models._forward(module), variant.name), backend=backend)
     static = torch.compile(own_copy(real_models._forward(module), f"{variant.name}_static"), backend=static_backend)
     steps = [make_call(loop, _copy(batch), mode, params) for batch in stream]
@@ -339,17 +362,19 @@ def measure_variant(compiled: Compiled, expected: list[list[torch.Tensor]], para
     (its code state) is cleared before each compile: the frames the variants share would otherwise start dynamic
     for every variant but the first, and for the static function."""
     on_gpu = device == "cuda"
+    # (the floor's outputs are its first calls': no error to measure)
+    error_of = (lambda got, want: None) if compiled.variant is FLOOR else max_rel_error
     with variant_context(compiled.variant), recording() as records:
         reset_code_state()
         start = time.perf_counter()
-        errors = [max_rel_error(step(), want) for step, want in zip(compiled.steps, expected)]
+        errors = [error_of(step(), want) for step, want in zip(compiled.steps, expected)]
         if on_gpu:
             torch.cuda.synchronize()
         metrics: dict[str, Any] = {"warm-up pass s": time.perf_counter() - start}
         compiled.set_phase("steady")
         for _ in range(WARMUP_PASSES):
             compiled.run_pass()
-        errors += [max_rel_error(step(), want) for step, want in zip(compiled.steps, expected)]
+        errors += [error_of(step(), want) for step, want in zip(compiled.steps, expected)]
         steps = len(compiled.steps)
         if on_gpu:
             events = cuda_events(compiled.run_pass)
@@ -357,9 +382,9 @@ def measure_variant(compiled: Compiled, expected: list[list[torch.Tensor]], para
                         "GPU ms/step": sum(e.time_range.elapsed_us() for e in events) / 1000 / steps}
             drop_grads(params)
             metrics["peak MiB"] = peak_memory_bytes(compiled.run_pass) / 2**20
-        metrics["max rel err"] = max(errors)
+        metrics["max rel err"] = None if None in errors else max(errors)
         reset_code_state()
-        metrics["static max rel err"] = max_rel_error(compiled.static(), expected[FROZEN])
+        metrics["static max rel err"] = error_of(compiled.static(), expected[FROZEN])
         if on_gpu:
             metrics["static kernels/call"] = kernels_per_call(compiled.static)
             drop_grads(params)
@@ -428,10 +453,15 @@ def time_in_turns(compiled: dict[str, Compiled], passes: int, device: str) -> di
             "static ms/call": static,
             "loop / static ms": statistics.median(times[FROZEN] for times in loop_ms[name]) / static,
             "stock / this": over(["stock"] if "stock" in names else [], name),
-            "fastest other / this": over([o for o in names if o != name], name),
+            "fastest other / this": over([o for o in names if o not in (name, FLOOR.name)], name),
             "ms/step by pass": " ".join(f"{ms:.3f}" for ms in by_pass),
             "table writes/step timed": writes[name] / (passes * steps),
         }
+    if FLOOR.name in rows:
+        floor = rows[FLOOR.name]
+        for row in rows.values():
+            row["over the floor: step, static"] = (
+                f"{row['ms/step'] / floor['ms/step']:.2f}, {row['static ms/call'] / floor['static ms/call']:.2f}")
     return rows
 
 
@@ -576,8 +606,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="results directory")
     parser.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=f"these models: {', '.join(names)}")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    parser.add_argument("--variants", nargs="+", choices=[v.name for v in VARIANTS],
-                        default=[v.name for v in SUITE_VARIANTS], help="default: stock combo_kernels optimus_ir")
+    parser.add_argument("--variants", nargs="+", choices=[v.name for v in [*VARIANTS, FLOOR]],
+                        default=[v.name for v in [*SUITE_VARIANTS, FLOOR]],
+                        help="default: stock combo_kernels optimus_ir floor")
     parser.add_argument("--scale", choices=list(SCALES), default="full",
                         help="full (default; needs a CUDA GPU) or tiny (small streams, runs on the CPU too)")
     parser.add_argument("--steps", type=_at_least(3), default=STEPS, help=f"batches per stream (default {STEPS})")
@@ -589,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.scale == "full" and not torch.cuda.is_available():
         parser.error("--scale full needs a CUDA GPU; --scale tiny runs on the CPU")
     models = [model for model in LOOPS if model.name in (args.only or names)]
-    variants = [v for v in VARIANTS if v.name in args.variants]
+    variants = [v for v in [*VARIANTS, FLOOR] if v.name in args.variants]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ok = run(models, args.modes, variants, args.out, args.scale, args.steps, args.passes, device, args.budget_s)
     sys.exit(0 if ok else 1)

@@ -485,21 +485,26 @@ def test_loops_run_a_stream_on_the_cpu_count_recompiles_time_and_write_the_rows(
     on the batches it saved reach no other variant); its function of the frozen batch one static graph; errors as
     eager's, gradients too; times on the host's clock; no kernels or peak without CUDA."""
     names = ("eager", "stock", "optimus_ir")
-    variants = [v for v in measure.VARIANTS if v.name in names]
+    variants = [v for v in measure.VARIANTS if v.name in names] + [loops.FLOOR]
     toy = loops.LoopModel("toy", _toy_loop)
     assert loops.run([toy], ["training"], variants, tmp_path, "tiny", steps=6, passes=2, device="cpu")
     rows = json.loads((tmp_path / "loops.json").read_text())["rows"]
-    assert [row["variant"] for row in rows] == list(names)
+    assert [row["variant"] for row in rows] == [*names, "floor"]
     compiles = {"graphs": 1, "recompiles": 1, "dynamic compiles": 1, "compiles after warm-up": 0,
                 "static recompiles": 0, "static dynamic compiles": 0, "max compiles/frame": 2}
     for row in rows:
         assert "error" not in row and row["steps"] == 6 and "kernels/step" not in row and "peak MiB" not in row
-        assert row["max rel err"] < 1e-5 and row["static max rel err"] < 1e-5
+        if row["variant"] == "floor":  # its outputs are its first calls': no error
+            assert row["max rel err"] is None and row["static max rel err"] is None
+        else:
+            assert row["max rel err"] < 1e-5 and row["static max rel err"] < 1e-5
         assert row["ms/step"] > 0 and row["static ms/call"] > 0 and len(row["ms/step by pass"].split()) == 2
+        step_over, static_over = map(float, row["over the floor: step, static"].split(", "))
+        assert step_over > 0 and static_over > 0
         assert {k: row.get(k) for k in compiles} == (compiles if row["variant"] != "eager" else dict.fromkeys(compiles))
     summary_table = (tmp_path / "loops_summary.md").read_text()
-    assert "| recompiles: eager / stock / optimus_ir |" in summary_table
-    assert "| toy/training | - / - / - | - / - / - | " in summary_table
+    assert "| recompiles: eager / stock / optimus_ir / floor |" in summary_table
+    assert "| toy/training | - / - / - / - | - / - / - / - | " in summary_table
 
 
 def test_loops_leave_a_failure_in_its_row_and_fail_the_run(tmp_path):
@@ -554,6 +559,26 @@ def test_loops_time_every_variants_step_and_frozen_batch_in_turns(monkeypatch):
     assert ours["loop / static ms"] == 2.0 and ours["table writes/step timed"] == 0
     assert ours["stock / this"] == ours["fastest other / this"] == pytest.approx(statistics.median([2.0, 0.8] * 2))
     assert times["stock"]["fastest other / this"] == pytest.approx(statistics.median([0.5, 1.25] * 2))
+
+
+def test_loops_time_the_floor_with_the_others_and_leave_it_out_of_the_fastest_other(monkeypatch):
+    """The floor (no kernel) is timed in the same turns; it is no variant's "fastest other", and each row says its
+    step and its static call over the floor's."""
+    ms = {("stock", 0): 2.0, ("stock", "static"): 1.0, ("floor", 0): 0.5, ("floor", "static"): 0.25}
+    log = []
+
+    def calls(name):
+        return loops.Compiled(measure.VARIANTS[1], [lambda: log.append((name, 0))], lambda: log.append((name, "static")))
+
+    def timed(call, device):
+        call()
+        return ms[log[-1]]
+
+    monkeypatch.setattr(loops, "step_ms", timed)
+    times = loops.time_in_turns({"stock": calls("stock"), "floor": calls("floor")}, 1, "cpu")
+    assert times["stock"]["fastest other / this"] is None
+    assert times["stock"]["over the floor: step, static"] == "4.00, 4.00"
+    assert times["floor"]["over the floor: step, static"] == "1.00, 1.00"
 
 
 def test_loops_count_compiles_by_frame_and_phase():
