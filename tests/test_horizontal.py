@@ -1488,3 +1488,20 @@ def test_layer_norms_of_two_widths_in_one_cat_merge_by_width():
     with optimus_ir.enabled(), cpu_triton_interpreter():
         actual = torch.compile(norms_into_one_cat)(*inputs)
     torch.testing.assert_close(actual, norms_into_one_cat(*inputs))
+
+
+def test_dynamic_shapes_name_the_size_symbols_that_keep_bodies_apart():
+    """Sums over batches long enough that Inductor splits each in partial sums: their indices name each batch's own
+    symbol (the partial sums' extent), so the bodies differ in those alone. Not merged, and the dump says which
+    symbols; the numerics are eager's."""
+
+    def fn(*xs):
+        return [(x * x).sum(0) for x in xs]
+
+    inputs = [torch.randn(rows, 8) for rows in (4096, 4104, 4112)]
+    actual, expected, records = _run_in_interpreter(fn, inputs, dynamic=True)
+    (apart,) = [r for r in records if "alike but for the size symbols" in r.detail]
+    assert len(apart.nodes) >= 2 and re.search(r"e\.g\. s\d+, s\d+", apart.detail), apart.detail
+    named = re.search(r"e\.g\. (s\d+), (s\d+)", apart.detail).groups()
+    assert named[0] != named[1]
+    torch.testing.assert_close(actual, expected, atol=1e-3, rtol=1e-3)

@@ -47,6 +47,7 @@ from optimus_ir.scheduler_hooks.horizontal.structure import (
     structure_of,
     tiling_prefixes,
     triton_backend,
+    without_size_symbols,
 )
 from optimus_ir.scheduler_hooks.horizontal.tuning import MAX_PADDING, RULE, tiled_class_numel
 from optimus_ir.scheduler_hooks.piece_groups import member_refusal as piece_member_refusal
@@ -126,10 +127,8 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
                     f"kept apart ({len(keys)} groups) by the 0-d CPU tensors they read: a kernel is passed those by "
                     "value, not by an address in the member table",
                 )
-        alone = [m[0][0].get_name() for key, m in by_key.items() if len(m) == 1 and key not in reported]
-        if len(alone) > 1:
-            record(RULE, False, alone, f"not merged by body: {len(alone)} kernels, each with a loop body no other one "
-                   "here has (each a class of its own in a kernel of several bodies, where one is made)")
+        alone = [(key, m[0][0].get_name()) for key, m in by_key.items() if len(m) == 1 and key not in reported]
+        _record_alone(alone)
         to_try = grouping_policy()(list(by_key.values()))
         candidates = {id(node): structure for members in by_key.values() for node, structure in members}
         if not to_try and len(candidates) < 2:
@@ -145,6 +144,28 @@ class IdenticalKernelsToMemberTableKernel(SchedulerRule):
             check = MemoryCheck.of(nodes, bytes_of, graph_state.current().merge_ceiling)
             nodes = try_groups(nodes, to_try, check)
             return try_class_sets(nodes, class_sets(_class_units(nodes, candidates)), check)
+
+
+def _record_alone(alone: list[tuple[tuple[Any, ...], str]]) -> None:
+    """Why the kernels of a body no other one has stay apart: bodies alike but for the size symbols they name (a
+    shared body takes one member's size arguments), or bodies of their own."""
+    by_shape: dict[Any, list[tuple[str, tuple[Any, ...]]]] = {}
+    for key, name in alone:
+        shape, symbols = without_size_symbols(key)
+        by_shape.setdefault(shape, []).append((name, symbols))
+    others = []
+    for members in by_shape.values():
+        if len(members) == 1:
+            others.append(members[0][0])
+            continue
+        differing = next(i for i, at in enumerate(zip(*(symbols for _, symbols in members))) if len(set(at)) > 1)
+        named = ", ".join(str(symbols[differing]) for _, symbols in members[:3])
+        record(RULE, False, [name for name, _ in members],
+               f"not merged (symbolic sizes: {len(members)} kernels alike but for the size symbols their indices "
+               f"name, e.g. {named}; a shared body takes one member's): stock kernels")
+    if len(others) > 1:
+        record(RULE, False, others, f"not merged by body: {len(others)} kernels, each with a loop body no other one "
+               "here has (each a class of its own in a kernel of several bodies, where one is made)")
 
 
 def _class_units(nodes: list[Any], candidates: dict[int, Structure]) -> list[ClassUnit]:

@@ -294,6 +294,28 @@ class _Tracer:
         )
 
 
+def without_size_symbols(key: Any) -> tuple[Any, tuple[sympy.Symbol, ...]]:
+    """``key`` with each size symbol it names replaced by a canonical one (``zs0``, ``zs1``, ... in the order the
+    key first names them), and the symbols replaced, in that order: where two keys differ only in their size
+    symbols (each feature's batch a symbol of its own), these keys are equal.
+
+    Before: ``(..., 256*p0*((s64 + 3)//4) + p1, ...)``. After: ``(..., 256*p0*((zs0 + 3)//4) + p1, ...)``, ``(s64,)``.
+    """
+    order: dict[sympy.Symbol, sympy.Symbol] = {}
+
+    def canonical(part: Any) -> Any:
+        if isinstance(part, tuple):
+            return tuple(canonical(p) for p in part)
+        if not isinstance(part, sympy.Basic):
+            return part
+        for symbol in sympy.preorder_traversal(part):
+            if isinstance(symbol, sympy.Symbol) and symbol_is_type(symbol, (SymT.SIZE, SymT.PRECOMPUTED_SIZE)):
+                order.setdefault(symbol, sympy.Symbol(f"zs{len(order)}", integer=True, positive=True))
+        return part.xreplace(order)
+
+    return canonical(key), tuple(order)
+
+
 def member_bounds(body: Any) -> list[int]:
     """The bounds of a body's loaded indices that members read from the member table, in order: those of
     :func:`indirect_indexing` that are numbers, then the bounds of each ``segment_sum`` call (its table's rows, its
