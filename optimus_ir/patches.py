@@ -40,10 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from optimus_ir import drivers, dump, graph_state, passes, settings, stock_guard
+from optimus_ir import drivers, dump, graph_state, passes, settings, stock_guard, summary
 from optimus_ir.after_import import after_import
 from optimus_ir.patching import PATCHES
-from optimus_ir.records import warn_once
+from optimus_ir.records import add_listener, remove_listener, warn_once
 from optimus_ir.rule import Stage
 
 __all__ = ["install_compile_hooks", "install_config_hooks", "package_identity", "uninstall"]
@@ -196,7 +196,8 @@ def install_compile_hooks() -> None:
     PATCHES.replace(PythonWrapperCodegen, "codegen_input_size_asserts", _with_wrapper_rules)
     PATCHES.replace(PythonWrapperCodegen, "codegen_free", _with_regions_freed)
     PATCHES.replace(SIMDScheduling, "codegen_combo_kernel", _with_group_kernels)
-    PATCHES.replace(GraphLowering, "codegen", stock_guard.codegen_hook)
+    PATCHES.replace(GraphLowering, "codegen", lambda stock: summary.summarized(stock_guard.codegen_hook(stock)))
+    add_listener(summary.SINCE_LAST_LINE)
     PATCHES.replace(triton_codegen, "get_fused_kernel_name", _within_cubin_names)
     _install_segment_sum()
     if dump.dump_dir() is not None:
@@ -231,6 +232,7 @@ def uninstall() -> None:
     """Put back everything :func:`install_config_hooks` and :func:`install_compile_hooks` replaced."""
     PATCHES.undo()
     dump.stop()
+    remove_listener(summary.SINCE_LAST_LINE)
 
 
 def _within_cubin_names(stock: Callable[..., str]) -> Callable[..., str]:

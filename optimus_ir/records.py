@@ -54,12 +54,15 @@ _listeners: list[list[RewriteRecord]] = []
 
 
 def add_listener(records: list[RewriteRecord]) -> None:
-    """Append every later :class:`RewriteRecord` to ``records`` (until :func:`remove_listener`)."""
-    _listeners.append(records)
+    """Append every later :class:`RewriteRecord` to ``records`` (until :func:`remove_listener`); once, however
+    often it is added."""
+    if not any(listener is records for listener in _listeners):
+        _listeners.append(records)
 
 
 def remove_listener(records: list[RewriteRecord]) -> None:
-    _listeners.remove(records)
+    """Stop appending to ``records`` (this list, not an equal one); nothing where it is not listening."""
+    _listeners[:] = [listener for listener in _listeners if listener is not records]
 
 
 @contextlib.contextmanager

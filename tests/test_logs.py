@@ -64,3 +64,41 @@ def test_counters_count_each_rule_fired_and_rejected():
     compile_report(lambda x: torch.cat([torch.relu(p) for p in x.split(8, 1)], 1), (torch.randn(4, 64),))
     assert counters["optimus_ir"]["SplitCatToPointwise"] == 1
     assert "IdenticalKernelsToMemberTableKernel" not in counters["optimus_ir"]
+
+
+def test_a_user_who_set_nothing_else_sees_one_line_a_process(monkeypatch, caplog):
+    """Each compiled graph logs one line at INFO: its launches, stock's where the compile lowered it both ways, the
+    decisions fired for it; the process's first at WARNING (printed where no logging is configured), and
+    ``OPTIMUS_IR_QUIET=1`` keeps that one at INFO too. The counters add them up."""
+    from optimus_ir import summary
+
+    monkeypatch.setattr(summary, "_state", {"shown": False})
+    monkeypatch.delenv(summary.QUIET_ENV, raising=False)
+    counters.clear()
+    caplog.set_level("INFO", logger="optimus_ir")
+    compile_report(lambda *xs: [torch.tanh(x) for x in xs], tuple(torch.randn(64, 256) for _ in range(4)))
+    compile_report(lambda *xs: [torch.sigmoid(x) for x in xs], tuple(torch.randn(32, 256) for _ in range(3)))
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.getMessage().startswith("optimus_ir: ")]
+    assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
+    assert lines[0][1].startswith("optimus_ir: inference graph compiled: 1 kernel launch per call, 3 rule decisions "
+                                  "fired"), lines
+    assert "OPTIMUS_IR_QUIET=1" in lines[0][1] and "OPTIMUS_IR_QUIET" not in lines[1][1]
+    assert counters["optimus_ir"]["graphs"] == 2 and counters["optimus_ir"]["launches"] == 2
+    caplog.clear()
+    monkeypatch.setattr(summary, "_state", {"shown": False})
+    monkeypatch.setenv(summary.QUIET_ENV, "1")
+    compile_report(lambda *xs: [torch.tanh(x) for x in xs], tuple(torch.randn(64, 256) for _ in range(4)))
+    assert [r.levelname for r in caplog.records if r.getMessage().startswith("optimus_ir: ")] == ["INFO"]
+
+
+def test_the_line_gives_stocks_launches_where_the_compile_lowered_the_graph_both_ways(caplog):
+    # two mean aggregations into convolutions: a rule that may raise the peak fired, so the stock guard lowered
+    # the graph without the rules too and compared their peaks
+    from optimus_ir.testing.golden_cases import CASES
+
+    (case,) = [c for c in CASES if c.name == "summed_mean_convs"]
+    caplog.set_level("INFO", logger="optimus_ir")
+    compile_report(case.fn, case.make_inputs())
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("optimus_ir: ")]
+    assert (f"inference graph compiled: {case.stock_launches} -> {case.launches} kernel launch"
+            f"{'' if case.launches == 1 else 'es'} per call (stock Inductor -> optimus_ir)") in line, line
