@@ -7,12 +7,14 @@ which puts them where Inductor calls them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from optimus_ir import graph_state
+from optimus_ir import graph_state, summary
 from optimus_ir.passes import rule_applies
 from optimus_ir.records import record
 from optimus_ir.rule import GraphRule, LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
@@ -23,6 +25,28 @@ __all__ = [
 ]
 
 log = logging.getLogger("optimus_ir")
+
+#: a rule that runs longer than this says so once, while it runs: where a long compile's time goes
+PROGRESS_AFTER_S = 5.0
+
+
+@contextlib.contextmanager
+def _running(rule: str, nodes: int) -> Iterator[None]:
+    """One rule's run: its seconds in Inductor's compile-time metrics as ``optimus_ir.<rule>``
+    (``torch._dynamo.utils.compile_times()``), and past :data:`PROGRESS_AFTER_S` a line saying it still runs and on
+    how many nodes (a WARNING, shown by default; INFO under ``OPTIMUS_IR_QUIET=1``)."""
+    from torch._dynamo.utils import dynamo_timed
+
+    say = log.info if summary.quiet() else log.warning
+    timer = threading.Timer(PROGRESS_AFTER_S, say, ("optimus_ir: %s still running on %d nodes (%.0f s so far)",
+                                                     rule, nodes, PROGRESS_AFTER_S))
+    timer.daemon = True
+    timer.start()
+    try:
+        with dynamo_timed(f"optimus_ir.{rule}"):
+            yield
+    finally:
+        timer.cancel()
 
 
 def _applies(rule: Any) -> bool:
@@ -86,7 +110,6 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
     enabled ``rules`` on the graph, in order. A rule that raises gets the graph back as it was before it (a copy,
     put back in its module)."""
     import torch
-    from torch._dynamo.utils import dynamo_timed
 
     for rule in rules:
         if not rule_applies(rule.name, rule.pass_name):
@@ -97,7 +120,7 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
             for name, value in vars(node).items():
                 vars(copy).setdefault(name, value)
         try:
-            with dynamo_timed(f"optimus_ir.{rule.name}"):
+            with _running(rule.name, len(graph.nodes)):
                 rule.rewrite(graph)
             graph.lint()
         except Exception as error:  # a rule must never fail a compile
@@ -124,13 +147,11 @@ def run_scheduler_rules(rules: Sequence[SchedulerRule], nodes: list[Any]) -> lis
 
     Each rule's seconds go to Inductor's compile-time metrics as ``optimus_ir.<rule name>``
     (``torch._dynamo.utils.compile_times()``, beside ``Scheduler.__init__`` that contains them)."""
-    from torch._dynamo.utils import dynamo_timed
-
     for rule in rules:
         if not _applies(rule):
             continue
         try:
-            with dynamo_timed(f"optimus_ir.{rule.name}"):
+            with _running(rule.name, len(nodes)):
                 nodes = rule.rewrite(nodes)
         except Exception as error:  # a rule must never fail a compile
             log.warning("optimus_ir rule %s raised; nodes left as they were", rule.name, exc_info=True)

@@ -20,13 +20,18 @@ from optimus_ir.codegen_text import parse_wrapper
 from optimus_ir.passes import enabled_passes
 from optimus_ir.records import RewriteRecord
 
-__all__ = ["QUIET_ENV", "SINCE_LAST_LINE", "summarized"]
+__all__ = ["QUIET_ENV", "SINCE_LAST_LINE", "quiet", "summarized"]
 
 QUIET_ENV = "OPTIMUS_IR_QUIET"
 log = logging.getLogger("optimus_ir")
 _state = {"shown": False}  # whether the process's first line was shown
 #: the decisions since the last line (a listener of :mod:`optimus_ir.records` while the hooks are installed)
 SINCE_LAST_LINE: list[RewriteRecord] = []
+
+
+def quiet() -> bool:
+    """``OPTIMUS_IR_QUIET`` set (to anything but 0): optimus_ir's lines that show by default are logged at INFO."""
+    return os.environ.get(QUIET_ENV, "").strip() not in ("", "0")
 
 
 def summarized(codegen: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any], tuple[Any, Any]]:
@@ -61,8 +66,7 @@ def summarize(graph: Any, wrapper: str, state: graph_state.GraphState | None) ->
         launches = f"{stock} -> {launches} (stock Inductor -> optimus_ir)"
     line = (f"optimus_ir: {kind} graph compiled: {launches}, {fired} rule decision{'' if fired == 1 else 's'} "
             "fired (each decision: TORCH_LOGS=optimus_ir; the code: OPTIMUS_IR_DUMP=DIR)")
-    quiet = os.environ.get(QUIET_ENV, "").strip() not in ("", "0")
-    if _state["shown"] or quiet:
+    if _state["shown"] or quiet():
         log.info("%s", line)
     else:
         _state["shown"] = True

@@ -102,3 +102,20 @@ def test_the_line_gives_stocks_launches_where_the_compile_lowered_the_graph_both
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("optimus_ir: ")]
     assert (f"inference graph compiled: {case.stock_launches} -> {case.launches} kernel launch"
             f"{'' if case.launches == 1 else 'es'} per call (stock Inductor -> optimus_ir)") in line, line
+
+
+def test_a_rule_that_runs_long_says_so_while_it_runs(monkeypatch, caplog):
+    import time
+
+    from optimus_ir import drivers
+
+    monkeypatch.setattr(drivers, "PROGRESS_AFTER_S", 0.05)
+    monkeypatch.delenv("OPTIMUS_IR_QUIET", raising=False)
+    caplog.set_level("INFO", logger="optimus_ir")
+    with drivers._running("SomeRule", 1234):
+        time.sleep(0.5)
+    with drivers._running("FastRule", 5):
+        pass
+    time.sleep(0.2)  # (past the fast rule's timer, had it not been cancelled)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "still running" in r.getMessage()]
+    assert lines == [("WARNING", "optimus_ir: SomeRule still running on 1234 nodes (0 s so far)")]
