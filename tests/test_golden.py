@@ -14,7 +14,8 @@ from optimus_ir.codegen_text import normalize, parse_wrapper
 from optimus_ir.inspect import compile_report
 from optimus_ir.interpret import cpu_triton_interpreter
 from optimus_ir.records import recording
-from optimus_ir.testing.golden_cases import CASES, backward_with_same_grads
+from optimus_ir.testing.case import run_as_eager_does
+from optimus_ir.testing.golden_cases import CASES
 
 from golden import GOLDEN_DIR, assert_golden, render
 from optimus_ir.testing.wrapper_memory import peak_bytes
@@ -45,26 +46,12 @@ def _jit_functions(source):
     return [_without_alignment_hints(piece.strip()) for piece in pieces]
 
 
-def _clone_inputs(inputs):
-    return tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_numerics_in_interpreter(case):
     codes = []
     with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
             inductor_config.patch(case.cpu_config), mock.patch.object(GraphLowering, "save_output_code", codes.append):
-        compiled = torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic)
-        for make_inputs in (case.make_inputs, case.other_sizes)[: 1 + case.dynamic]:
-            inputs = make_inputs()
-            eager_inputs = _clone_inputs(inputs)
-            expected = case.fn(*eager_inputs)
-            actual = compiled(*inputs)
-            backward_with_same_grads(actual, expected)
-            torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
-            for x, x_eager in zip(inputs, eager_inputs):
-                if x.requires_grad:
-                    torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)
+        run_as_eager_does(case, torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic))
     assert {r.rule for r in records if r.fired} >= set(case.fired)
     # the kernels executed here are the golden sm_90 kernels (bodies identical; only the decorators differ, and the
     # alignment a member-table kernel declares for graph inputs, which Inductor assumes aligned on GPUs only); the

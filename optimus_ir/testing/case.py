@@ -40,3 +40,18 @@ def backward_with_same_grads(actual: Any, expected: Any) -> None:
         torch.autograd.backward(actual, grads)
         torch.autograd.backward(expected, grads)
 
+
+
+def run_as_eager_does(case: Case, compiled: Callable[..., Any], device: str = "cpu") -> None:
+    """Call ``compiled`` on the case's inputs (on ``device``), then, for symbolic sizes, on its other sizes: each
+    time its outputs, and the gradients of the same random output gradients, as eager's."""
+    for make_inputs in (case.make_inputs, case.other_sizes)[: 1 + case.dynamic]:
+        inputs = tuple(x.detach().to(device).requires_grad_(x.requires_grad) for x in make_inputs())
+        eager_inputs = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
+        expected = case.fn(*eager_inputs)
+        actual = compiled(*inputs)
+        backward_with_same_grads(actual, expected)
+        torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
+        for x, x_eager in zip(inputs, eager_inputs):
+            if x.requires_grad:
+                torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)

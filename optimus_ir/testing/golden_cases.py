@@ -9,11 +9,11 @@ kernels than stock (:mod:`optimus_ir.testing.golden_from_inductor_tests`).
 
 from __future__ import annotations
 
-from optimus_ir.testing.case import Case, backward_with_same_grads
+from optimus_ir.testing.case import Case, run_as_eager_does
 from optimus_ir.testing.golden_from_inductor_tests import FROM_INDUCTOR_TESTS_CASES
 from optimus_ir.testing.golden_horizontal import HORIZONTAL_CASES
 from optimus_ir.testing.golden_splitcat import SPLITCAT_CASES
 
-__all__ = ["CASES", "Case", "backward_with_same_grads"]
+__all__ = ["CASES", "Case", "run_as_eager_does"]
 
 CASES: list[Case] = [*SPLITCAT_CASES, *HORIZONTAL_CASES, *FROM_INDUCTOR_TESTS_CASES]

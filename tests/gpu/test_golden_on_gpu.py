@@ -11,7 +11,8 @@ from torch._dynamo.utils import counters
 import optimus_ir
 from optimus_ir.inspect import compile_report
 from optimus_ir.records import recording
-from optimus_ir.testing.golden_cases import CASES, backward_with_same_grads
+from optimus_ir.testing.case import run_as_eager_does
+from optimus_ir.testing.golden_cases import CASES
 from tests.golden import GOLDEN_DIR, render
 from tests.gpu.helpers import CUDA
 
@@ -35,16 +36,6 @@ def test_numerics_on_the_gpu(case):
     torch._dynamo.reset()
     counters.clear()
     with optimus_ir.enabled(), recording() as records:
-        compiled = torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic)
-        for make_inputs in (case.make_inputs, case.other_sizes)[: 1 + case.dynamic]:  # (other sizes: no recompile)
-            inputs = tuple(x.detach().cuda().requires_grad_(x.requires_grad) for x in make_inputs())
-            eager_inputs = tuple(x.detach().clone().requires_grad_(x.requires_grad) for x in inputs)
-            expected = case.fn(*eager_inputs)
-            actual = compiled(*inputs)
-            backward_with_same_grads(actual, expected)
-            torch.testing.assert_close(actual, expected, atol=case.atol, rtol=case.rtol)
-            for x, x_eager in zip(inputs, eager_inputs):
-                if x.requires_grad:
-                    torch.testing.assert_close(x.grad, x_eager.grad, atol=case.atol, rtol=case.rtol)
+        run_as_eager_does(case, torch.compile(case.fn, fullgraph=True, dynamic=case.dynamic), "cuda")
     assert set(case.fired) <= {r.rule for r in records if r.fired}
     assert counters["stats"]["unique_graphs"] == 1  # one compile served both sizes
