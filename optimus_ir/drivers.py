@@ -20,14 +20,24 @@ from optimus_ir.records import record
 from optimus_ir.rule import GraphRule, LoweringRule, NotApplicable, Reject, SchedulerRule, WrapperRule
 
 __all__ = [
-    "LoweringDriver", "prepare_joint_graph", "run_graph_rules", "run_scheduler_rules", "run_wrapper_rules",
-    "stock_lowering",
+    "LoweringDriver", "RAISE_RULE_ERRORS", "prepare_joint_graph", "raise_where_strict", "run_graph_rules",
+    "run_scheduler_rules", "run_wrapper_rules", "stock_lowering",
 ]
 
 log = logging.getLogger("optimus_ir")
 
 #: a rule that runs longer than this says so once, while it runs: where a long compile's time goes
 PROGRESS_AFTER_S = 5.0
+#: the tests' setting (``tests/conftest.py``): a rule that raises fails the compile, a defect to see (a torch
+#: upgrade that breaks a rule breaks the tests), where users get stock's code and a warning naming the rule
+RAISE_RULE_ERRORS = False
+
+
+def raise_where_strict(error: Exception) -> None:
+    """Raise ``error`` again under :data:`RAISE_RULE_ERRORS`, unless it is a rule saying that it cannot
+    (``NotImplementedError``): every catch-all of a rule calls this first."""
+    if RAISE_RULE_ERRORS and not isinstance(error, NotImplementedError):
+        raise error
 
 
 @contextlib.contextmanager
@@ -82,6 +92,7 @@ class LoweringDriver:
             except Reject as reason:
                 record(rule.name, False, nodes, str(reason))
             except Exception as error:  # a rule must never fail a compile
+                raise_where_strict(error)
                 log.warning("optimus_ir rule %s raised; using stock lowering", rule.name, exc_info=True)
                 frame = traceback.extract_tb(error.__traceback__)[-1]
                 record(rule.name, False, nodes, f"internal error {error!r} at {frame.name}:{frame.lineno}")
@@ -124,6 +135,7 @@ def run_graph_rules(rules: Sequence[GraphRule], graph: Any) -> None:
                 rule.rewrite(graph)
             graph.lint()
         except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             log.warning("optimus_ir rule %s raised; Dynamo's graph put back as it was", rule.name, exc_info=True)
             record(rule.name, False, ["<graph>"], f"internal error {error!r}; the graph put back as it was")
             graph.owning_module.graph = kept
@@ -138,6 +150,7 @@ def prepare_joint_graph(rules: Sequence[LoweringRule], graph: Any) -> None:
         try:
             rule.prepare_joint_graph(graph)
         except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             log.warning("optimus_ir rule %s raised preparing the joint graph", rule.name, exc_info=True)
             record(rule.name, False, ["<joint graph>"], f"internal error {error!r} preparing the joint graph")
 
@@ -154,6 +167,7 @@ def run_scheduler_rules(rules: Sequence[SchedulerRule], nodes: list[Any]) -> lis
             with _running(rule.name, len(nodes)):
                 nodes = rule.rewrite(nodes)
         except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             log.warning("optimus_ir rule %s raised; nodes left as they were", rule.name, exc_info=True)
             record(rule.name, False, ["<scheduler>"], f"internal error {error!r}; nodes left as they were")
     return nodes
@@ -173,6 +187,7 @@ def run_wrapper_rules(rules: Sequence[WrapperRule], wrapper: Any, lines: list[st
         except Reject as reason:
             record(rule.name, False, V.graph.graph_input_names, str(reason))
         except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             log.warning("optimus_ir rule %s raised; wrapper lines left as they were", rule.name, exc_info=True)
             record(rule.name, False, V.graph.graph_input_names,
                    f"internal error {error!r}; wrapper lines left as they were")

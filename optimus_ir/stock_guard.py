@@ -36,6 +36,7 @@ from typing import Any
 
 from optimus_ir import graph_state, settings
 from optimus_ir.codegen_text import parse_wrapper
+from optimus_ir.drivers import raise_where_strict
 from optimus_ir.passes import PASSES, enabled_passes, suspended
 from optimus_ir.records import record
 
@@ -124,6 +125,7 @@ def _lowered_again(
     try:
         return lower_again(graph, without, ceiling, rules)
     except Exception as error:  # the guard must never fail a compile
+        raise_where_strict(error)
         log.warning("optimus_ir: lowering the graph again for the guard failed", exc_info=True)
         record(RULE, False, ["<graph>"], f"not compared with stock: lowering it again raised {error!r}")
         return None

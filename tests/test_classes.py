@@ -162,7 +162,7 @@ def test_classes_too_different_in_size_go_to_different_kernels():
         assert [len(s) for s in planning.class_sets(few)] == [4]
 
 
-def test_an_error_in_the_dispatch_kernel_falls_back_to_stock_kernels():
+def test_an_error_in_the_dispatch_kernel_falls_back_to_stock_kernels(rule_errors_fall_back):
     inputs = _inputs(8)
     with mock.patch.object(dispatch, "dispatch_source", side_effect=RuntimeError("boom")):
         actual, expected, records = _interpreted(eight_bodies, inputs)
@@ -203,7 +203,7 @@ def test_gathers_from_tables_of_different_sizes_check_each_members_bound():
         torch.compile(fn)(*inputs)
 
 
-def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_kernel():
+def test_a_class_whose_kernel_fails_gets_stock_kernels_and_the_others_stay_one_kernel(rule_errors_fall_back):
     from optimus_ir.scheduler_hooks.horizontal import classes
 
     made = classes.group_kernel

@@ -214,7 +214,7 @@ def test_unequal_widths_or_a_norm_without_weights_stay_per_piece():
         assert not record.fired and reason in record.detail
 
 
-def test_a_rule_that_raises_gets_the_graph_back():
+def test_a_rule_that_raises_gets_the_graph_back(rule_errors_fall_back):
     model, inputs = _seed(4, 2)
     expected = model(*inputs)
 

@@ -696,7 +696,7 @@ def test_members_too_different_in_size_are_split_by_size():
     assert [len(p) for p in planning._size_classes(group([512 + 32 * i for i in range(48)]), reduction=True)] == [48]
 
 
-def test_codegen_error_falls_back_to_stock_kernels():
+def test_codegen_error_falls_back_to_stock_kernels(rule_errors_fall_back):
     def fn(*xs):
         return [torch.tanh(x) * 3 for x in xs]
 
@@ -906,7 +906,7 @@ def test_regions_of_a_dense_layout_of_other_strides_start_each_row():
     assert torch.equal(regions[1], whole[1].view(16, 64).t())
 
 
-def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_stock_kernels():
+def test_regions_read_by_a_merged_kernel_that_fell_back_become_tensors_for_its_stock_kernels(rule_errors_fall_back):
     # the second stages' kernel fails to generate: their stock kernels read each partial sum by name, so the
     # regions are made tensors (and the allocation's name deleted) just before them
     stock_numels = MemberTableKernel.codegen_static_numels

@@ -184,7 +184,7 @@ def test_inputs_updated_in_place_keep_inductors_alignment_check():
     assert not kept.fired and "updated in place" in kept.detail
 
 
-def test_inputs_of_a_merged_kernel_that_fell_back_are_checked_by_inductor_again():
+def test_inputs_of_a_merged_kernel_that_fell_back_are_checked_by_inductor_again(rule_errors_fall_back):
     with mock.patch.object(MemberTableKernel, "codegen_static_numels", side_effect=RuntimeError("boom")):
         report, checked = _alignment_checked(tanh_scale_each, [torch.randn(64, 256) for _ in range(4)])
     assert len(report.launches) == 4 and checked == [0, 1, 2, 3]

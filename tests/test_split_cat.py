@@ -55,7 +55,7 @@ def test_cat_of_kernel_outputs_is_left_to_stock():
     _assert_stock(fn, torch.randn(8, 16), torch.randn(8, 16), torch.randn(16, 16), reason="computed by their own kernels")
 
 
-def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
+def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch, rule_errors_fall_back):
     from optimus_ir.lowering import split_cat
 
     def broken(*args):
@@ -71,6 +71,19 @@ def test_rule_error_falls_back_to_stock_and_is_reported(monkeypatch):
     (decision,) = _decisions(report)
     assert not decision.fired and "internal error RuntimeError('boom')" in decision.detail
     assert report.launches == stock.launches
+
+
+def test_in_the_tests_a_rule_error_fails_the_compile(monkeypatch):
+    # (conftest: RAISE_RULE_ERRORS) a rule's defect is seen, not hidden behind the users' fallback
+    from optimus_ir.lowering import split_cat
+
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(split_cat, "trace", broken)
+    with pytest.raises(Exception, match="boom"):
+        compile_report(lambda x: torch.cat([torch.relu(p) for p in x.split(8, dim=1)], dim=1), (torch.randn(4, 80),),
+                       passes="splitcat")
 
 
 def test_subset_switch_keeps_rule_off():

@@ -251,7 +251,7 @@ def test_batches_of_three_sizes_are_eagers_in_the_interpreter():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
 
 
-def test_internal_error_falls_back_and_is_reported(monkeypatch):
+def test_internal_error_falls_back_and_is_reported(monkeypatch, rule_errors_fall_back):
     def broken(*args):
         raise RuntimeError("boom")
 
@@ -384,7 +384,7 @@ def test_slice_dynamic_shapes_not_proven_fall_back_with_the_reason():
     assert not decision.fired and "not proven inside one input" in decision.detail
 
 
-def test_slice_internal_error_falls_back_and_is_reported(monkeypatch):
+def test_slice_internal_error_falls_back_and_is_reported(monkeypatch, rule_errors_fall_back):
     def broken(*args):
         raise RuntimeError("boom")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils._ordered_set import OrderedSet
 
+from optimus_ir.drivers import raise_where_strict
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.horizontal import dispatch
 from optimus_ir.scheduler_hooks.horizontal.group import (
@@ -100,6 +101,7 @@ def codegen_classes(backend: Any, group: ClassesGroup) -> None:
             made = group_kernel(backend, c, placement, tiled)
             by_kind.setdefault(dispatch.kind_of(made.kernel), []).append((c, made))
         except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             apart.append((c, error))
     if len(by_kind) > 1:
         record(
@@ -113,7 +115,8 @@ def codegen_classes(backend: Any, group: ClassesGroup) -> None:
             meta = dispatch.triton_meta(of_kind, kind), dispatch.inductor_meta(of_kind)
             source = dispatch.dispatch_source(of_kind, kind, [m.source for _, m in made], meta)
             kernels.append((made, kind, meta, source))
-        except Exception as error:
+        except Exception as error:  # a rule must never fail a compile
+            raise_where_strict(error)
             apart += [(c, error) for c, _ in made]
     _codegen_apart(backend, group, apart, alone)
     for made, kind, meta, source in kernels:

@@ -18,6 +18,7 @@ from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir import index_math, segment_sum
+from optimus_ir.drivers import raise_where_strict
 from optimus_ir.loop_body import replay
 from optimus_ir.records import record
 from optimus_ir.scheduler_hooks.alignment_in_tables import check_alignment_again
@@ -124,6 +125,7 @@ def codegen_member_table_group(backend: Any, group: MemberTableGroup) -> None:
     try:
         made = group_kernel(backend, group)
     except Exception as error:  # a rule must never fail a compile
+        raise_where_strict(error)
         codegen_one_by_one(backend, group.members, set(group.last_usage), error)
         return
     kernel_name = backend.define_kernel(made.source, made.schedule, made.kernel)

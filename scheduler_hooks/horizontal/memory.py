@@ -17,6 +17,7 @@ from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from optimus_ir import graph_state
+from optimus_ir.drivers import raise_where_strict
 from optimus_ir.patching import PATCHES
 from optimus_ir.scheduler_hooks.horizontal import allocation
 from optimus_ir.scheduler_hooks.horizontal.allocation import OneAllocation
@@ -131,7 +132,8 @@ def estimate_for_the_guard(nodes: list[Any]) -> None:
         return
     try:
         state.estimated_peak = peak_memory(nodes, BufferBytes())
-    except Exception:  # the estimate must never fail a compile
+    except Exception as error:  # the estimate must never fail a compile
+        raise_where_strict(error)
         log.warning("optimus_ir: estimating the peak memory of the schedule failed", exc_info=True)
 
 
