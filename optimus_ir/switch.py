@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Iterable, Iterator
 
 from optimus_ir.after_import import after_import
+from optimus_ir.records import warn_once
+from optimus_ir.torch_versions import CHECKED, unchecked_torch
 from optimus_ir.passes import (
     OFF_WORDS, PASSES, Switch, configured, enabled_passes, parse_passes, parse_switch, set_enabled,
 )
@@ -36,8 +38,13 @@ _ENV = "OPTIMUS_IR"
 
 def enable(passes: str | Iterable[str] | Switch = "all") -> None:
     """Enable ``passes`` ("all", pass names, rule names: :func:`optimus_ir.passes.parse_switch`) for every later
-    compile, and only those."""
+    compile, and only those; on a torch optimus_ir is not checked with (:mod:`optimus_ir.torch_versions`), none, with
+    one warning."""
     chosen = parse_switch(passes)
+    if chosen.passes and (version := unchecked_torch()) is not None:
+        warn_once(("torch", version), "optimus_ir: torch %s is not a release optimus_ir is checked with (%s); "
+                  "optimus_ir stays off and Inductor compiles as shipped", version, ", ".join(CHECKED))
+        chosen = Switch()
     set_enabled(chosen)
     if chosen.passes:
         after_import("torch._inductor.config", _install_config_hooks)

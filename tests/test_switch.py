@@ -296,3 +296,25 @@ def test_scheduler_and_graph_rules_seconds_are_in_inductors_compile_time_metrics
     assert set(timed) == {f"optimus_ir.{rule.name}" for rule in RULES if isinstance(rule, (SchedulerRule, GraphRule))}
     assert all(len(values) == 1 and values[0] >= 0 for values in timed.values())
     assert "Scheduler.__init__" in compilation_time_metrics
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.15.0+cu130"])
+def test_a_torch_optimus_ir_is_not_checked_with_gets_one_warning_and_stock_inductor(monkeypatch, caplog, version):
+    from optimus_ir import records
+
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(records, "_warned", set())
+
+    def fn(*xs):
+        return [torch.tanh(x) for x in xs]
+
+    inputs = tuple(torch.randn(64, 256) for _ in range(4))
+    with caplog.at_level("WARNING", logger="optimus_ir"):
+        optimus_ir.enable()
+        assert optimus_ir.enabled_passes() == frozenset()
+        optimus_ir.enable("splitcat")
+        report = compile_report(fn, inputs, passes="all")
+    warnings = [r.getMessage() for r in caplog.records if "is not a release" in r.getMessage()]
+    assert warnings == [f"optimus_ir: torch {version} is not a release optimus_ir is checked with (2.11); optimus_ir "
+                        "stays off and Inductor compiles as shipped"]
+    assert len(report.launches) == 4 and not report.rewrites
