@@ -21,6 +21,7 @@ import torch
 
 from optimus_ir import patches
 from optimus_ir.passes import Switch, compiling_with, parse_switch
+from optimus_ir.switch import for_this_torch
 
 __all__ = ["optimus_ir"]
 
@@ -35,7 +36,7 @@ def optimus_ir(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: st
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     options = dict(options or {})
-    chosen = parse_switch(options.pop(PASSES_OPTION, "all"))
+    chosen = for_this_torch(parse_switch(options.pop(PASSES_OPTION, "all")))
     if chosen.passes:
         patches.install_config_hooks()
     config_patches = {**(list_mode_options(mode) if mode else {}), **options}

@@ -31,7 +31,7 @@ from optimus_ir.passes import (
     OFF_WORDS, PASSES, Switch, configured, enabled_passes, parse_passes, parse_switch, set_enabled,
 )
 
-__all__ = ["PASSES", "enable", "disable", "enabled", "enabled_passes", "parse_passes"]
+__all__ = ["PASSES", "enable", "disable", "enabled", "enabled_passes", "for_this_torch", "parse_passes"]
 
 _ENV = "OPTIMUS_IR"
 
@@ -40,16 +40,21 @@ def enable(passes: str | Iterable[str] | Switch = "all") -> None:
     """Enable ``passes`` ("all", pass names, rule names: :func:`optimus_ir.passes.parse_switch`) for every later
     compile, and only those; on a torch optimus_ir is not checked with (:mod:`optimus_ir.torch_versions`), none, with
     one warning."""
-    chosen = parse_switch(passes)
-    if chosen.passes and (version := unchecked_torch()) is not None:
-        warn_once(("torch", version), "optimus_ir: torch %s is not a release optimus_ir is checked with (%s); "
-                  "optimus_ir stays off and Inductor compiles as shipped", version, ", ".join(CHECKED))
-        chosen = Switch()
+    chosen = for_this_torch(parse_switch(passes))
     set_enabled(chosen)
     if chosen.passes:
         after_import("torch._inductor.config", _install_config_hooks)
     elif "optimus_ir.patches" in sys.modules:
         sys.modules["optimus_ir.patches"].uninstall()
+
+
+def for_this_torch(chosen: Switch) -> Switch:
+    """``chosen``, or no pass (with one warning) on a torch optimus_ir is not checked with."""
+    if chosen.passes and (version := unchecked_torch()) is not None:
+        warn_once(("torch", version), "optimus_ir: torch %s is not a release optimus_ir is checked with (%s); "
+                  "optimus_ir stays off and Inductor compiles as shipped", version, ", ".join(CHECKED))
+        return Switch()
+    return chosen
 
 
 def disable() -> None:

@@ -75,3 +75,18 @@ def test_options_choose_the_passes_and_reach_inductor():
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="no_such_option"):
         torch.compile(fn, backend="optimus_ir", options={"no_such_option": 1})(x)
+
+
+def test_on_a_torch_optimus_ir_is_not_checked_with_the_backend_compiles_as_inductor(monkeypatch):
+    from optimus_ir import records
+
+    monkeypatch.setattr(torch, "__version__", "2.15.0")
+    monkeypatch.setattr(records, "_warned", set())
+    torch._dynamo.reset()
+    fn, params = _pieces()
+    x = torch.randn(16, 32, requires_grad=True)
+    with recording() as decisions:
+        got = _step(torch.compile(fn, backend="optimus_ir", options={"force_disable_caches": True}), params, x)
+    assert decisions == []
+    for a, e in zip(got, _step(fn, params, x), strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
