@@ -707,6 +707,20 @@ def test_codegen_error_falls_back_to_stock_kernels(rule_errors_fall_back):
     torch.testing.assert_close(actual, expected)
 
 
+def test_a_kernel_that_cannot_serve_its_group_says_why_and_gets_stock_kernels():
+    # (a NotImplementedError at codegen: a case the kernel says it cannot serve, not a defect; the tests go on)
+    def fn(*xs):
+        return [torch.tanh(x) * 3 for x in xs]
+
+    inputs = [torch.randn(16, 32) for _ in range(4)]
+    cannot = NotImplementedError("a case it cannot serve")
+    with mock.patch.object(MemberTableKernel, "codegen_static_numels", side_effect=cannot):
+        actual, expected, records = _run_in_interpreter(fn, inputs)
+    assert any(r.detail == "not made as one kernel (a case it cannot serve): stock kernels" for r in records), records
+    assert not any("internal error" in r.detail for r in records)
+    torch.testing.assert_close(actual, expected)
+
+
 # ------------------------------------------------------------------------------------------------ the table
 
 

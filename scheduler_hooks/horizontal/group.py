@@ -408,10 +408,13 @@ def _read_only_by_member_tables(scheduler: Any, names: tuple[str, ...], regions:
 
 def codegen_one_by_one(backend: Any, members: list[Any], last_usage: set[str], error: Exception) -> None:
     """Stock kernels for ``members``, in order, each freeing the buffers of ``last_usage`` (those their group is the
-    last to read) that it is the last to read: where making their kernel failed with ``error`` (logged, and
-    recorded for the dump)."""
-    log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=error)
-    record(RULE, False, [m.get_name() for m in members], f"internal error in codegen {error!r}; stock kernels")
+    last to read) that it is the last to read: where making their kernel failed with ``error`` (recorded for the
+    dump; logged as a warning unless it is a ``NotImplementedError``, a case the kernel says it cannot serve)."""
+    if isinstance(error, NotImplementedError):  # a case the kernel says it cannot serve: a reason, not a defect
+        record(RULE, False, [m.get_name() for m in members], f"not made as one kernel ({error}): stock kernels")
+    else:
+        log.warning("optimus_ir: member-table kernel failed; stock kernels instead", exc_info=error)
+        record(RULE, False, [m.get_name() for m in members], f"internal error in codegen {error!r}; stock kernels")
     scheduler = members[0].scheduler
     used = set().union(*(m.used_buffer_names() for m in members))
     RegionsOfAllocations.of(V.graph.wrapper_code).make_tensors(used)
