@@ -131,6 +131,13 @@ def _group_of(split: torch.fx.Node) -> _Group | str | None:
         if (not isinstance(v, torch.Tensor) or v.dim() != 1 or not is_concrete_int(v.shape[0])
                 or int(v.shape[0]) != w or v.dtype != value.dtype):
             return "a piece's layer norm without its own weight and bias of the piece's width and dtype"
+    # (Dynamo traces ``w[i]`` next to the piece that reads it: a later piece's weight, defined after the first
+    # piece's norm, moves before it where what it reads is defined there)
+    position = {node: i for i, node in enumerate(split.graph.nodes)}
+    late = [t for t in (*weights, *biases) if position[t] > position[norms[0]]]
+    if any(t.op != "call_function" or t.is_impure() or any(position[a] > position[norms[0]] for a in t.all_input_nodes)
+           for t in late):
+        return "a piece's weight or bias computed after the first piece's layer norm from values not ready there"
     elementwise = [_only_user(n) for n in norms]
     cat = _only_user(elementwise[0]) if elementwise[0] is not None else None
     joined = (
@@ -153,6 +160,10 @@ def _rewrite(graph: torch.fx.Graph, g: _Group, read_later: bool) -> None:
     """Rewrite ``g``; ``read_later``: its output is a later group's input (a training graph saves it)."""
     call = graph.call_function
     compute = torch.float32
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    for param in (*g.weights, *g.biases):  # (those defined later: movable, :func:`_group_of` checked)
+        if position[param] > position[g.norms[0]]:
+            g.norms[0].prepend(param)
     with graph.inserting_before(g.norms[0]):
         # (the split's input as it is now: an earlier group's rewrite may have replaced it). Views that name no
         # size in front of the split dim: those may be symbols, which only the graph's own nodes may hold

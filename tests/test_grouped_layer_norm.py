@@ -202,6 +202,20 @@ def test_norms_read_apart_become_selects_of_one_layer_norm():
     torch.testing.assert_close(actual, model(x))
 
 
+def test_weights_indexed_next_to_their_piece_move_before_the_one_layer_norm():
+    """``w[i]`` of a stacked weight: Dynamo traces each next to the piece that reads it, after the first piece's
+    norm; those reads move before the one layer norm (the graph stays in order), and the numerics are eager's."""
+
+    def pieces_normed(x, w, b):
+        return torch.cat([torch.tanh(F.layer_norm(p, (8,), w[i], b[i])) for i, p in enumerate(x.split(8, 1))], 1)
+
+    inputs = (torch.randn(16, 32), torch.randn(4, 8), torch.randn(4, 8))
+    with cpu_triton_interpreter(), optimus_ir.enabled("splitcat"), recording() as records:
+        actual = torch.compile(pieces_normed)(*inputs)
+    assert [r for r in records if r.rule == RULE and r.fired], records
+    torch.testing.assert_close(actual, pieces_normed(*inputs))
+
+
 def test_unequal_widths_or_a_norm_without_weights_stay_per_piece():
     unequal = SplitLayerNormTanhCat(4, 2, widths=[16, 32, 16, 32]).requires_grad_(False)
 

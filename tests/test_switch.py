@@ -51,7 +51,8 @@ def test_unset_variable_touches_nothing():
     assert state["inductor_imported"] is False
     # the entry point ran (optimus_ir.switch is imported) and did nothing else
     assert state["our_modules"] == [
-        "optimus_ir", "optimus_ir.after_import", "optimus_ir.passes", "optimus_ir.switch", "optimus_ir.version",
+        "optimus_ir", "optimus_ir.after_import", "optimus_ir.passes", "optimus_ir.records", "optimus_ir.switch",
+        "optimus_ir.torch_versions", "optimus_ir.version",
     ]
     assert state["enabled"] == []
     assert state["post_grad_pass"] == "NoneType"
