@@ -46,6 +46,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -403,6 +404,32 @@ def _driver_for_codegen() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _divisibility_as_on_gpus() -> Iterator[None]:
+    """A GPU compiles a kernel for the divisibility its meta declares (``triton_meta["configs"]``: a parameter by its
+    position, a multiple of 16) and trusts it at every launch; the interpreter ignores it. Here a launch whose
+    integer argument is declared a multiple of 16 and is not one fails (a meta whose hint fell on a size symbol
+    was a wrong answer on the GPU only)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    run = CachingAutotuner.run
+
+    def checked_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        configs = self.triton_meta.get("configs") or [{}]
+        for indices, hints in (configs[0] if isinstance(configs[0], dict) else {}).items():
+            if ["tt.divisibility", 16] not in [list(hint) for hint in hints]:
+                continue
+            for index in indices:
+                value = args[index] if index < len(args) else None
+                if isinstance(value, int) and value % 16:
+                    raise AssertionError(f"{self.fn.__name__}: argument {self.fn.arg_names[index]} = {value} is "
+                                         "declared a multiple of 16 (its meta's divisibility hint)")
+        return run(self, *args, **kwargs)
+
+    with mock.patch.object(CachingAutotuner, "run", checked_run):
+        yield
+
+
+@contextlib.contextmanager
 def cpu_triton_interpreter() -> Iterator[None]:
     """Within this context torch.compile(...) on CPU tensors generates Triton kernels (cpu_backend="triton")
     and runs them in Triton's interpreter on CPU, with libdevice supported. Everything is restored on exit.
@@ -410,7 +437,9 @@ def cpu_triton_interpreter() -> Iterator[None]:
     Inside, ``TRITON_INTERPRET=1`` (environment and ``triton.knobs.runtime.interpret``), Inductor's
     ``cpu_backend="triton"``, and the FX graph and AOT autograd caches are off so that interpreted kernels and normal
     ones never share a cache entry. Dynamo is reset on entry and on exit: functions compiled inside must also be called
-    inside, and recompile normally afterwards. See the module docstring for the additions to the interpreter.
+    inside, and recompile normally afterwards. See the module docstring for the additions to the interpreter; a
+    launch whose integer argument breaks the divisibility its kernel's meta declares fails, as the GPU would compute
+    wrong values there.
     """
     import torch._dynamo
     import torch._functorch.config
@@ -433,6 +462,7 @@ def cpu_triton_interpreter() -> Iterator[None]:
             stack.enter_context(_interpreter_patches())
             stack.enter_context(_donated_saved_tensors_by_address())
             stack.enter_context(_division_by_constants_as_on_gpus())
+            stack.enter_context(_divisibility_as_on_gpus())
             yield
     finally:
         torch._dynamo.reset()

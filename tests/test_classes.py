@@ -424,3 +424,27 @@ def test_the_size_symbols_a_classs_kernel_takes_are_passed_through_the_dispatch_
             args = inputs(rows, width)
             torch.testing.assert_close(compiled(*args), bias_of_two_bodies(*args))
     assert len(_class_merges(records)) == 1  # one compile serves other widths and row counts
+
+
+def test_the_dispatch_kernels_divisibility_hints_name_its_parameters_in_their_order():
+    """Triton reads ``triton_meta["configs"]``'s divisibility hints by a parameter's position: the meta's signature
+    must list the parameters in the kernel's order (tables, then sizes, then starts). Listed per class instead, a
+    hint meant for a table fell on a class's size symbol, which the GPU then took as a multiple of 16: Mixtral's
+    loop of odd sequence lengths computed wrong values there (the interpreter ignores the hints)."""
+    import ast
+
+    def fn(*xs):
+        return [x.sum(-1) for x in xs]
+
+    inputs = (torch.randn(8, 16), torch.randn(9, 24), torch.randn(10, 32))
+    (kernel,) = compile_report(fn, inputs, passes="horizontal", dynamic=True).kernels
+    definitions = [node for node in ast.parse(kernel.source).body if isinstance(node, ast.FunctionDef)]
+    dispatch = definitions[-1]  # (the classes' functions come first)
+    parameters = [arg.arg for arg in dispatch.args.args]
+    meta = kernel.source.split("triton_meta=", 1)[1]
+    signature = ast.literal_eval(re.search(r"'signature': (\{[^}]*\})", meta).group(1))
+    configs = ast.literal_eval(re.search(r"'configs': (\[\{.*?\}\])", meta).group(1))
+    assert list(signature) == parameters
+    hinted = [parameters[i] for (i,) in configs[0]]
+    assert any(name.startswith("ks") for name in parameters)
+    assert not any(name.startswith(("ks", "r0_numel")) for name in hinted), hinted

@@ -97,11 +97,7 @@ def dispatch_source(
         arguments = _call_arguments(kernel, definition, k, pid)
         keyword = "if" if k == 0 else "elif"
         calls.append(f"    {keyword} {CLASS_PID} < {ends[k]} // XBLOCK:\n        class_{k}({', '.join(arguments)})\n")
-    parameters = [
-        *(name for k, kernel in enumerate(kernels) for name in _tensor_parameters(kernel, k)),
-        *(name for k, kernel in enumerate(kernels) for name in _size_parameters(kernel, k)),
-        *_class_starts(kernels),
-    ]
+    parameters = list(_parameters(kernels))
     if kind == POINTWISE:
         heuristics = (
             "@triton_heuristics.pointwise(\n"
@@ -136,17 +132,8 @@ def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
     the classes' starts known per call only (:func:`_class_starts`), and the blocks of all classes end to end."""
     meta = copy.deepcopy(kernels[0].triton_meta)
     total = sum(kernel.total_expr for kernel in kernels)
-    arguments = {
-        name: typed
-        for k, kernel in enumerate(kernels)
-        for name, typed in [
-            *zip(_tensor_parameters(kernel, k), _tensor_types(kernel), strict=True),
-            *zip(_size_parameters(kernel, k), _size_types(kernel), strict=True),
-        ]
-    }
-    # starts and an end known per call only: multiples of the largest block, of sizes no hint bounds (int64)
+    arguments = _parameters(kernels)
     static = total.is_number
-    arguments.update({name: ("i64", True) for name in _class_starts(kernels)})
     arguments["xnumel"] = ("i32" if static and total < 2**31 else "i64", not static or total % 16 == 0)
     meta["signature"] = {
         **{name: signature_type for name, (signature_type, _) in arguments.items()},
@@ -158,6 +145,22 @@ def triton_meta(kernels: list[MemberTableKernel], kind: str) -> dict[str, Any]:
     meta["configs"] = [{(i,): [["tt.divisibility", 16]] for i in aligned}]
     meta["constants"] = {}
     return meta
+
+
+def _parameters(kernels: list[MemberTableKernel]) -> dict[str, tuple[str, bool]]:
+    """The dispatch kernel's parameters before its numels, in the order of its signature, each → its signature type
+    and whether it is a multiple of 16: every class's tensors, every class's sizes, then the classes' starts known
+    per call only (multiples of the largest block, of sizes no hint bounds: int64). The meta's divisibility hints
+    name parameters by their position: they must follow this order."""
+    tensors = {
+        name: typed for k, kernel in enumerate(kernels)
+        for name, typed in zip(_tensor_parameters(kernel, k), _tensor_types(kernel), strict=True)
+    }
+    sizes = {
+        name: typed for k, kernel in enumerate(kernels)
+        for name, typed in zip(_size_parameters(kernel, k), _size_types(kernel), strict=True)
+    }
+    return {**tensors, **sizes, **{name: ("i64", True) for name in _class_starts(kernels)}}
 
 
 def inductor_meta(kernels: list[MemberTableKernel]) -> dict[str, Any]:
