@@ -414,15 +414,11 @@ def _divisibility_as_on_gpus() -> Iterator[None]:
     run = CachingAutotuner.run
 
     def checked_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        configs = self.triton_meta.get("configs") or [{}]
-        for indices, hints in (configs[0] if isinstance(configs[0], dict) else {}).items():
-            if ["tt.divisibility", 16] not in [list(hint) for hint in hints]:
-                continue
-            for index in indices:
-                value = args[index] if index < len(args) else None
-                if isinstance(value, int) and value % 16:
-                    raise AssertionError(f"{self.fn.__name__}: argument {self.fn.arg_names[index]} = {value} is "
-                                         "declared a multiple of 16 (its meta's divisibility hint)")
+        for (index,), hints in self.triton_meta["configs"][0].items():
+            value = args[index]
+            if ["tt.divisibility", 16] in hints and isinstance(value, int) and value % 16:
+                raise AssertionError(f"{self.fn.__name__}: argument {self.fn.arg_names[index]} = {value} is "
+                                     "declared a multiple of 16 (its meta's divisibility hint)")
         return run(self, *args, **kwargs)
 
     with mock.patch.object(CachingAutotuner, "run", checked_run):

@@ -25,11 +25,11 @@ import warnings
 from collections.abc import Iterable, Iterator
 
 from optimus_ir.after_import import after_import
-from optimus_ir.records import warn_once
-from optimus_ir.torch_versions import CHECKED, unchecked_torch
 from optimus_ir.passes import (
     OFF_WORDS, PASSES, Switch, configured, enabled_passes, parse_passes, parse_switch, set_enabled,
 )
+from optimus_ir.records import warn_once
+from optimus_ir.torch_versions import CHECKED, unchecked_torch
 
 __all__ = ["PASSES", "enable", "disable", "enabled", "enabled_passes", "for_this_torch", "parse_passes"]
 

@@ -65,8 +65,8 @@ class MemberTableGroup(TableGroup):
     @property
     def direct(self) -> bool:
         """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
-        static sizes, bounds and row lengths, and, for several members, no buffers made as one allocation (a table takes those as one
-        tensor)."""
+        static sizes, bounds and row lengths, and, for several members, no buffers made as one allocation (a table
+        takes those as one tensor)."""
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
         if not index_math.is_static(  # bounds or row lengths known per call
