@@ -25,7 +25,8 @@ before it, the errors of every step against eager's (outputs; training: and ever
 warm-up pass and a steady one. The static comparison: the first batch of the stream, frozen, through a second
 function of the variant's own compiled on that batch alone (static shapes, what a program that only ever sees that
 batch runs), called again and again: its kernels per call, peak and error. Last, ms per step: the variants' steps and
-their frozen-batch calls interleaved call by call (:func:`time_in_turns`). The ``floor`` variant runs the same
+their frozen-batch calls interleaved call by call (:func:`time_in_turns`), each timed pass over new copies of the
+stream's batches, as a loader gives new tensors every step. The ``floor`` variant runs the same
 stream through Dynamo and AOTAutograd with no kernel (:data:`FLOOR`): each variant's step and static call over the
 floor's say how much of a step a kernel-level rewrite could still remove.
 
@@ -313,12 +314,14 @@ class CountingFloor(CountingInductor):
 @dataclasses.dataclass
 class Compiled:
     """A variant's calls: ``steps``, one per batch of the stream, through a function compiled over the stream;
-    ``static``, the frozen batch, through a function compiled on it alone; their backends (None for eager, whose
-    calls are the module's)."""
+    ``static``, the frozen batch, through a function compiled on it alone; ``new_steps``, the steps again over new
+    copies of the stream's batches, made when called; their backends (None for eager, whose calls are the
+    module's)."""
 
     variant: Variant
     steps: list[Step]
     static: Step
+    new_steps: Callable[[], list[Step]]
     backend: CountingInductor | None = None
     static_backend: CountingInductor | None = None
 
@@ -341,13 +344,17 @@ def compiled_calls(variant: Variant, module: nn.Module, stream: list[Batch], mod
     passes over the same tensors, and its variants sharing them, would see the marks."""
     if not variant.compile:
         steps = [make_call(module, batch, mode, params) for batch in stream]
-        return Compiled(variant, steps, steps[FROZEN])
+        return Compiled(variant, steps, steps[FROZEN], lambda: steps)
     counting = CountingFloor if variant is FLOOR else CountingInductor
     backend, static_backend = counting(), counting()
     loop = torch.compile(own_copy(real_models._forward(module), variant.name), backend=backend)
     static = torch.compile(own_copy(real_models._forward(module), f"{variant.name}_static"), backend=static_backend)
-    steps = [make_call(loop, _copy(batch), mode, params) for batch in stream]
-    return Compiled(variant, steps, make_call(static, _copy(stream[FROZEN]), mode, params), backend, static_backend)
+
+    def new_steps() -> list[Step]:
+        return [make_call(loop, _copy(batch), mode, params) for batch in stream]
+
+    return Compiled(variant, new_steps(), make_call(static, _copy(stream[FROZEN]), mode, params), new_steps,
+                    backend, static_backend)
 
 
 def _copy(batch: Batch) -> Batch:
@@ -411,7 +418,11 @@ def time_in_turns(compiled: dict[str, Compiled], passes: int, device: str) -> di
     passes of each. Per variant: the median over passes of the pass's mean ms per step, and each pass's; the median
     over turns of stock's time over its own and of the fastest other variant's over its own; its static function's
     median ms per call and the loop's over it on the frozen batch (the medians of the frozen step's times and of
-    the static calls); the member tables written per timed step."""
+    the static calls); the member tables written per timed step.
+
+    Every timed pass runs on new copies of the stream's batches, made before the timing: a loop's batches are new
+    tensors every step, so a merged kernel's member table, cached by its tensors' addresses, is made again each step
+    as in a real loop (the warm-up passes run the same tensors again: their tables are found)."""
     names = list(compiled)
     if not names:
         return {}
@@ -422,6 +433,7 @@ def time_in_turns(compiled: dict[str, Compiled], passes: int, device: str) -> di
                 calls.static()
         calls.set_phase("timed")
     steps = len(compiled[names[0]].steps)
+    timed = {name: [calls.new_steps() for _ in range(passes)] for name, calls in compiled.items()}
     loop_ms = {name: [[0.0] * steps for _ in range(passes)] for name in names}
     static_ms: dict[str, list[float]] = {name: [] for name in names}
     writes = dict.fromkeys(names, 0)
@@ -436,7 +448,7 @@ def time_in_turns(compiled: dict[str, Compiled], passes: int, device: str) -> di
                         static_ms[name].append(step_ms(calls.static, device))
                         continue
                     before = written.call_count
-                    loop_ms[name][run][step] = step_ms(calls.steps[step], device)
+                    loop_ms[name][run][step] = step_ms(timed[name][run][step], device)
                     writes[name] += written.call_count - before
 
     def over(others: list[str], name: str) -> float | None:

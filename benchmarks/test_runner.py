@@ -532,12 +532,14 @@ def test_loops_leave_a_failure_in_its_row_and_fail_the_run(tmp_path):
 def test_loops_time_every_variants_step_and_frozen_batch_in_turns(monkeypatch):
     """Each turn is one step of the stream: one call of every variant on its batch and one of every variant's
     static function on the frozen batch, the order rotating each turn; ms per step is the median over passes of a
-    pass's mean, the ratios to the other variants are taken turn by turn, loop / static on the frozen batch."""
+    pass's mean, the ratios to the other variants are taken turn by turn, loop / static on the frozen batch. The
+    warm-up runs the stream's steps; each timed pass steps made anew (new copies of the batches)."""
     log = []
 
     def calls(name):
-        steps = [lambda step=step: log.append((name, step)) for step in range(2)]
-        return loops.Compiled(measure.VARIANTS[1], steps, lambda: log.append((name, "static")))
+        warm = [lambda step=step: log.append((name, step, "warm")) for step in range(2)]
+        return loops.Compiled(measure.VARIANTS[1], warm, lambda: log.append((name, "static")),
+                              lambda: [lambda step=step: log.append((name, step)) for step in range(2)])
 
     ms = {("stock", 0): 2.0, ("stock", 1): 4.0, ("stock", "static"): 1.0,
           ("optimus_ir", 0): 1.0, ("optimus_ir", 1): 5.0, ("optimus_ir", "static"): 0.5}
@@ -549,8 +551,8 @@ def test_loops_time_every_variants_step_and_frozen_batch_in_turns(monkeypatch):
     monkeypatch.setattr(loops, "step_ms", timed)
     monkeypatch.setattr(loops, "WARMUP_PASSES", 1)
     times = loops.time_in_turns({"stock": calls("stock"), "optimus_ir": calls("optimus_ir")}, 2, "cpu")
-    assert log[:6] == [("stock", 0), ("stock", 1), ("stock", "static"),
-                       ("optimus_ir", 0), ("optimus_ir", 1), ("optimus_ir", "static")]
+    assert log[:6] == [("stock", 0, "warm"), ("stock", 1, "warm"), ("stock", "static"),
+                       ("optimus_ir", 0, "warm"), ("optimus_ir", 1, "warm"), ("optimus_ir", "static")]
     assert log[6:14] == [("stock", 0), ("stock", "static"), ("optimus_ir", 0), ("optimus_ir", "static"),
                          ("stock", "static"), ("optimus_ir", 1), ("optimus_ir", "static"), ("stock", 1)]
     assert len(log) == 6 + 2 * 2 * 4
@@ -568,7 +570,8 @@ def test_loops_time_the_floor_with_the_others_and_leave_it_out_of_the_fastest_ot
     log = []
 
     def calls(name):
-        return loops.Compiled(measure.VARIANTS[1], [lambda: log.append((name, 0))], lambda: log.append((name, "static")))
+        steps = [lambda: log.append((name, 0))]
+        return loops.Compiled(measure.VARIANTS[1], steps, lambda: log.append((name, "static")), lambda: steps)
 
     def timed(call, device):
         call()
