@@ -65,15 +65,16 @@ class MemberTableGroup(TableGroup):
     @property
     def direct(self) -> bool:
         """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
-        static sizes, bounds and row lengths, and, for several members, no buffers made as one allocation (a table
-        takes those as one tensor)."""
+        static bounds of loaded indices; for several members, static sizes and row lengths, and no buffers made as
+        one allocation (a table takes those as one tensor). One member (a class of a kernel of several bodies) takes
+        its symbolic sizes as Inductor's kernel does, as arguments (:mod:`.dispatch`)."""
+        if not index_math.is_static([b for s in self.structures for b in s.indirect_sizes]):  # known per call
+            return False
+        if len(self.members) == 1:
+            return True
         if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
             return False
-        if not index_math.is_static(  # bounds or row lengths known per call
-            [*(b for s in self.structures for b in s.indirect_sizes), *(s.rnumel_expr or 0 for s in self.structures)]
-        ):
-            return False
-        return len(self.members) == 1 or not self.one_allocations
+        return index_math.is_static([s.rnumel_expr or 0 for s in self.structures]) and not self.one_allocations
 
     def table_groups(self) -> list[MemberTableGroup]:
         return [self]

@@ -300,6 +300,9 @@ class MemberTableKernel(TritonKernel):
         """The block's member, the member's first block and its numel, from constants of the code (members of one
         size, or a ``direct`` kernel's)."""
         numels = [s.numel for s in self.structures]
+        if self.symbolic:  # one member (``direct``): its numel is the class's argument (``xnumel``, :mod:`.dispatch`)
+            code.writeline("xblock = xstart // XBLOCK")
+            return
         if self.uniform:
             padded = self.total // len(numels)
             code.writeline(f"xmember = xstart // {padded}")
