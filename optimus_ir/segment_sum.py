@@ -214,9 +214,11 @@ def triton(
 ) -> str:
     """``TritonKernelOverrides``: the loop, written into the kernel's compute lines; returns the result's name.
 
-    The loop runs ``max(end - begin)`` over the block's lanes; a lane whose run is shorter (or that the kernel's
-    masks turn off: its ``begin`` and ``end`` load as 0) loads nothing. Ids out of the table's rows trip the device
-    assert Inductor writes for its own indirect loads, where it writes them (``config.assert_indirect_indexing``)."""
+    The loop runs ``max(end - begin)`` over the block's lanes; a lane whose run is shorter loads nothing, and a lane
+    that the kernel's masks turn off (a last block's rows past the batch) runs none: its ``end`` would stand for the
+    ids' count (``end < 0``, the last bag's), and the block would loop over every id of the table. Ids out of the
+    table's rows trip the device assert Inductor writes for its own indirect loads, where it writes them
+    (``config.assert_indirect_indexing``)."""
     from torch._inductor import config
     from torch._inductor.codegen.triton import triton_compute_type
 
@@ -235,7 +237,11 @@ def triton(
     weights_offset = None if weights is None else kernel.index_to_str(sympy.sympify(held_size(weights[1])))
     code.writeline(f"{total} = tl.zeros_like(({begin} + {column}).to({acc_type}))")
     code.writeline(f"{stop} = tl.where({end} < 0, {ids_count}, {end})")
-    code.writeline(f"{length} = {stop} - {begin}")
+    # (every range tree's mask is written in the kernel's header; a mix-order reduction writes x's in its loop)
+    masks = [f"{tree.prefix}mask" for tree in kernel.range_trees
+             if not tree.is_reduction and not (tree.prefix == "x" and kernel.mix_order_reduction)]
+    code.writeline(f"{length} = tl.where({' & '.join(masks)}, {stop} - {begin}, 0)" if masks
+                   else f"{length} = {stop} - {begin}")
     if mean:
         code.writeline(f"{count} = tl.zeros_like({begin}.to({acc_type}))")
     code.writeline(f"for {step} in range(0, tl.max({length})):")
