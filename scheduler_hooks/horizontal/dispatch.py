@@ -279,11 +279,9 @@ def _class_starts(kernels: list[MemberTableKernel]) -> dict[str, sympy.Expr]:
 def _class_sizes(kernel: MemberTableKernel) -> dict[str, sympy.Expr]:
     """The sizes a class's kernel takes as arguments of its own, by its parameter's name: the size symbols of its
     indices (Inductor's ``ks0``, shared by its members: :func:`.group._check_shared_size_symbols`), its row
-    length where that is symbolic (the classes' static ones are constants of their code), and a ``direct`` class's
-    numel where that is symbolic (one member's: a table would hold it)."""
+    length where that is symbolic (the classes' static ones are constants of their code); a ``direct`` class of
+    symbolic sizes, its members' numels and starts too (``MemberTableKernel.member_sizes``)."""
     sizes = {name: expr for expr, name in kernel.args.sizevars.items()}
-    if kernel.direct and kernel.symbolic:
-        sizes["xnumel"] = kernel.structures[0].numel_expr
     rnumel = kernel.numels.get("r0_") if kernel.inside_reduction else None
     if rnumel is not None and not rnumel.is_number:
         sizes["r0_numel"] = rnumel
@@ -304,8 +302,7 @@ def _size_types(kernel: MemberTableKernel) -> list[tuple[str, bool]]:
         names[index] for indices, hints in kernel.triton_meta["configs"][0].items()
         if ["tt.divisibility", 16] in hints for index in indices
     }
-    # (a class's own ``xnumel`` was typed from its size hint: a symbolic numel is any int64)
-    return [("i64", False) if name == "xnumel" else (signature[name], name in divisible) for name in _class_sizes(kernel)]
+    return [(signature[name], name in divisible) for name in _class_sizes(kernel)]
 
 
 def _tensor_parameters(kernel: MemberTableKernel, k: int) -> list[str]:

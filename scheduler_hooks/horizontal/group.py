@@ -65,14 +65,14 @@ class MemberTableGroup(TableGroup):
     @property
     def direct(self) -> bool:
         """Its kernel takes its members' tensors as arguments, not a member table (:data:`.tuning.MAX_DIRECT_MEMBERS`):
-        static bounds of loaded indices; for several members, static sizes and row lengths, and no buffers made as
-        one allocation (a table takes those as one tensor). One member (a class of a kernel of several bodies) takes
-        its symbolic sizes as Inductor's kernel does, as arguments (:mod:`.dispatch`)."""
+        static bounds of loaded indices; for several members, static row lengths and no buffers made as one
+        allocation (a table takes those as one tensor). Symbolic sizes are size arguments, as Inductor's kernel
+        takes them (``MemberTableKernel.member_sizes``)."""
         if not index_math.is_static([b for s in self.structures for b in s.indirect_sizes]):  # known per call
             return False
         if len(self.members) == 1:
             return True
-        if self.structures[0].numel_expr is not None or len(self.members) > MAX_DIRECT_MEMBERS:
+        if len(self.members) > MAX_DIRECT_MEMBERS:
             return False
         return index_math.is_static([s.rnumel_expr or 0 for s in self.structures]) and not self.one_allocations
 
@@ -209,9 +209,12 @@ def after_call(made: GroupKernel) -> None:
 
 def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
     """Raise unless every size symbol the kernel takes as an argument is one all members use: one that their
-    (equal) structure names. A member's own sizes (its row count, its numel) come from the table instead."""
+    (equal) structure names. A member's own sizes (its row count, its numel) come from the table instead, or, in a
+    ``direct`` kernel, from the size arguments made for them (``MemberTableKernel.member_sizes``)."""
     shared = set(re.findall(r"\b[a-z]+\d+\b", str(structure.key)))
-    own = {symbol.name for expr in kernel.args.sizevars for symbol in expr.free_symbols} - shared
+    given = set(kernel.member_sizes.get("starts", ())) | set(kernel.member_sizes.get("numels", ()))
+    own = {symbol.name for expr, name in kernel.args.sizevars.items() if name not in given
+           for symbol in expr.free_symbols} - shared
     if own:
         raise NotImplementedError(f"the kernel reads sizes of one member only: {sorted(own)}")
 

@@ -4,6 +4,7 @@ member through the member table (its layout: :mod:`optimus_ir.member_table`)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, NamedTuple
 
@@ -134,6 +135,8 @@ class MemberTableKernel(TritonKernel):
         self.structures = structures
         #: the members' tensors are the kernel's arguments (:attr:`.group.MemberTableGroup.direct`)
         self.direct = direct
+        #: a ``direct`` kernel of symbolic sizes: its members' starts and numels, as its size arguments' names
+        self.member_sizes: dict[str, list[str]] = {}
         #: a ``direct`` kernel's tensor arguments of several members → each member's argument and the elements its
         #: address adds to the representative's offset (which the shared body adds)
         self.member_arguments: dict[str, list[tuple[str, int]]] = {}
@@ -237,6 +240,8 @@ class MemberTableKernel(TritonKernel):
         if self.direct and len(self.structures) > 1:
             square = self.tiles is not None and len(self.args.python_argdefs()[0]) == 2
             self._take_members_tensors()
+        if self.direct and self.symbolic:
+            self._take_members_sizes()
         numel = self.numels["x"]
         if self.tiles is None:  # (2-d tiles: each member's size hints, which bound YBLOCK by ``align``)
             self.numels["x"] = self.size_hint_x
@@ -300,8 +305,13 @@ class MemberTableKernel(TritonKernel):
         """The block's member, the member's first block and its numel, from constants of the code (members of one
         size, or a ``direct`` kernel's)."""
         numels = [s.numel for s in self.structures]
-        if self.symbolic:  # one member (``direct``): its numel is the class's argument (``xnumel``, :mod:`.dispatch`)
-            code.writeline("xblock = xstart // XBLOCK")
+        if self.symbolic:  # (the members' starts and numels: size arguments, :meth:`_take_members_sizes`)
+            starts, numels = self.member_sizes["starts"], self.member_sizes["numels"]
+            if len(starts) > 1:
+                code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in starts[1:])}")
+            code.writeline(f"xblock = (xstart - {_per_member(starts)}) // XBLOCK" if len(starts) > 1
+                           else "xblock = xstart // XBLOCK")
+            code.writeline(f"xnumel = {_per_member(numels)}")
             return
         if self.uniform:
             padded = self.total // len(numels)
@@ -311,6 +321,21 @@ class MemberTableKernel(TritonKernel):
             code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in self.starts[1:])}")
             code.writeline(f"xblock = (xstart - {_per_member(self.starts)}) // XBLOCK")
         code.writeline(f"xnumel = {_per_member(numels)}")
+
+    def _take_members_sizes(self) -> None:
+        """Make each member's numel, and where each member after the first starts (the members before it padded to
+        ``align``), size arguments of a ``direct`` kernel of symbolic sizes (:attr:`member_sizes`), as Inductor's
+        kernel takes its ``ks0``: the wrapper computes them from the size symbols on every call."""
+        numels = [s.numel_expr for s in self.structures]
+        padded = [FloorDiv(n + self.align - 1, self.align) * self.align for n in numels]
+        starts = [sympy.Integer(0), *itertools.accumulate(padded[:-1])]
+        def argument(expr: sympy.Expr) -> str:  # (an expression: Inductor's precomputed size, ``ps0 = 64*s52``)
+            return self.args.size(V.graph.sizevars.lookup_precomputed_size(expr))
+
+        self.member_sizes = {
+            "starts": ["0" if start == 0 else argument(start) for start in starts],
+            "numels": [argument(numel) for numel in numels],
+        }
 
     def _take_members_tensors(self) -> None:
         """Make each member's tensors the kernel's arguments too, beside the representative's (as Inductor's kernel
@@ -451,7 +476,7 @@ class MemberTableKernel(TritonKernel):
         argdefs, call_args, _, arg_types = self.args.python_argdefs()
         if self.direct:  # (regions of one allocation another group made: tensors, as Inductor's kernel takes)
             RegionsOfAllocations.of(wrapper).make_tensors(OrderedSet(a.buffer for a in self.direct_arguments()))
-            table, total = None, str(self.total)
+            table, total = None, wrapper.codegen_python_sizevar(self.total_expr)
         else:
             table, total = self.write_table(name)
             tensor_args = {arg for arg, _ in self.tensor_args_of_table()}
