@@ -30,7 +30,8 @@ function) come before the classes, renamed for their class (``_triton_helper_fn_
 
 With symbolic sizes (a batch that changes: Dynamo's automatic dynamic shapes), where a class starts is known per
 call only: the wrapper computes each such start from the size symbols and passes it, as it fills each class's table
-from its members' numels; the last class ends at ``xnumel``. The size symbols a class's kernel takes (Inductor's
+from its members' numels (a ``direct`` class takes its members' numels and starts as size arguments of its own);
+the last class ends at ``xnumel``. The size symbols a class's kernel takes (Inductor's
 ``ks0``, a looped class's row length) are passed through, one parameter per class::
 
     def KERNEL_NAME(xtable0, xtable1, ks0_class1, xstart_class1, xnumel, XBLOCK: tl.constexpr):

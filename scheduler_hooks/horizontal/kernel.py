@@ -117,7 +117,8 @@ class MemberTableKernel(TritonKernel):
     one tile (:func:`.tuning.class_tile_width`): its rows and its x extent padded to whole tiles of every block.
     A group of a few members (``direct``: :data:`.tuning.MAX_DIRECT_MEMBERS`) takes their tensors, not a table, as
     Inductor's kernel takes one member's: the prologue picks the block's member's address of each tensor, and its
-    start, numel and values are constants of the code.
+    start, numel and values are constants of the code (symbolic starts and numels: size arguments, which the
+    wrapper computes per call, as Inductor's ``ks0``).
     """
 
     def __init__(
