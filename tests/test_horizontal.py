@@ -482,7 +482,7 @@ def test_dynamic_shapes_merge_sums_over_batches_of_different_symbols():
 
 def test_a_kernel_reading_one_members_own_size_is_not_used_for_the_group():
     rows, width = sympy.Symbol("s31", integer=True, positive=True), sympy.Symbol("s46", integer=True, positive=True)
-    kernel = SimpleNamespace(args=SimpleNamespace(sizevars={rows * 4: "ks0"}), member_sizes={})
+    kernel = SimpleNamespace(args=SimpleNamespace(sizevars={rows * 4: "ks0"}), member_sizes=None)
     with pytest.raises(NotImplementedError, match="s31"):
         group._check_shared_size_symbols(kernel, Structure(("ModularIndexing(x_flat, 1, s46)",), [], 8, []))
     kernel.args.sizevars = {width: "ks0"}

@@ -212,7 +212,7 @@ def _check_shared_size_symbols(kernel: Any, structure: Structure) -> None:
     (equal) structure names. A member's own sizes (its row count, its numel) come from the table instead, or, in a
     ``direct`` kernel, from the size arguments made for them (``MemberTableKernel.member_sizes``)."""
     shared = set(re.findall(r"\b[a-z]+\d+\b", str(structure.key)))
-    given = set(kernel.member_sizes.get("starts", ())) | set(kernel.member_sizes.get("numels", ()))
+    given = {name for names in kernel.member_sizes or () for name in names}
     own = {symbol.name for expr, name in kernel.args.sizevars.items() if name not in given
            for symbol in expr.free_symbols} - shared
     if own:

@@ -104,6 +104,13 @@ def reduction_size_hint(total: int, align: int, rnumel: int) -> int:
     return 1 << (total - 1).bit_length() if wide_rows and torch.version.hip is None else align
 
 
+class MemberSizes(NamedTuple):
+    """Where each member of a kernel starts among its blocks, and its numel: numbers, or size arguments' names."""
+
+    starts: list[Any]
+    numels: list[Any]
+
+
 class MemberTableKernel(TritonKernel):
     """Inductor's Triton kernel for one member, with a prologue that makes it serve every member of a group.
 
@@ -136,8 +143,8 @@ class MemberTableKernel(TritonKernel):
         self.structures = structures
         #: the members' tensors are the kernel's arguments (:attr:`.group.MemberTableGroup.direct`)
         self.direct = direct
-        #: a ``direct`` kernel of symbolic sizes: its members' starts and numels, as its size arguments' names
-        self.member_sizes: dict[str, list[str]] = {}
+        #: a ``direct`` kernel of symbolic sizes: its members' starts and numels, its size arguments
+        self.member_sizes: MemberSizes | None = None
         #: a ``direct`` kernel's tensor arguments of several members → each member's argument and the elements its
         #: address adds to the representative's offset (which the shared body adds)
         self.member_arguments: dict[str, list[tuple[str, int]]] = {}
@@ -191,7 +198,11 @@ class MemberTableKernel(TritonKernel):
         (each member padded to whole blocks of ``align``)."""
         if not self.symbolic:
             return sympy.Integer(self.total)
-        return sum(FloorDiv(s.numel_expr + self.align - 1, self.align) * self.align for s in self.structures)
+        return sum(self._padded_numel_exprs())
+
+    def _padded_numel_exprs(self) -> list[sympy.Expr]:
+        """Each member's numel of symbolic size padded to whole blocks of ``align``: its blocks' extent."""
+        return [FloorDiv(s.numel_expr + self.align - 1, self.align) * self.align for s in self.structures]
 
     def _size_hint_x(self, reduction: bool) -> int:
         """The kernel's size hint along x, from which Inductor's heuristics pick its configs
@@ -304,39 +315,33 @@ class MemberTableKernel(TritonKernel):
 
     def _codegen_member_constants(self, code: Any) -> None:
         """The block's member, the member's first block and its numel, from constants of the code (members of one
-        size, or a ``direct`` kernel's)."""
-        numels = [s.numel for s in self.structures]
-        if self.symbolic:  # (the members' starts and numels: size arguments, :meth:`_take_members_sizes`)
-            starts, numels = self.member_sizes["starts"], self.member_sizes["numels"]
-            if len(starts) > 1:
-                code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in starts[1:])}")
-            code.writeline(f"xblock = (xstart - {_per_member(starts)}) // XBLOCK" if len(starts) > 1
-                           else "xblock = xstart // XBLOCK")
-            code.writeline(f"xnumel = {_per_member(numels)}")
-            return
+        size, or a ``direct`` kernel's), or, of symbolic sizes, from its size arguments (:attr:`member_sizes`)."""
         if self.uniform:
-            padded = self.total // len(numels)
+            padded = self.total // len(self.structures)
             code.writeline(f"xmember = xstart // {padded}")
             code.writeline(f"xblock = (xstart - xmember * {padded}) // XBLOCK")
+            code.writeline(f"xnumel = {self.structures[0].numel}")
+            return
+        starts, numels = self.member_sizes or MemberSizes(self.starts, [s.numel for s in self.structures])
+        if len(starts) == 1:  # (one member of symbolic size)
+            code.writeline("xblock = xstart // XBLOCK")
         else:
-            code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in self.starts[1:])}")
-            code.writeline(f"xblock = (xstart - {_per_member(self.starts)}) // XBLOCK")
+            code.writeline(f"xmember = {' + '.join(f'(xstart >= {start}).to(tl.int32)' for start in starts[1:])}")
+            code.writeline(f"xblock = (xstart - {_per_member(starts)}) // XBLOCK")
         code.writeline(f"xnumel = {_per_member(numels)}")
 
     def _take_members_sizes(self) -> None:
-        """Make each member's numel, and where each member after the first starts (the members before it padded to
-        ``align``), size arguments of a ``direct`` kernel of symbolic sizes (:attr:`member_sizes`), as Inductor's
-        kernel takes its ``ks0``: the wrapper computes them from the size symbols on every call."""
-        numels = [s.numel_expr for s in self.structures]
-        padded = [FloorDiv(n + self.align - 1, self.align) * self.align for n in numels]
-        starts = [sympy.Integer(0), *itertools.accumulate(padded[:-1])]
-        def argument(expr: sympy.Expr) -> str:  # (an expression: Inductor's precomputed size, ``ps0 = 64*s52``)
+        """Make each member's numel, and where each member after the first starts, size arguments of a ``direct``
+        kernel of symbolic sizes (:attr:`member_sizes`), as Inductor's kernel takes its ``ks0``: the wrapper computes
+        them from the size symbols on every call (an expression as Inductor's precomputed size, ``ps0 = 64*s52``)."""
+
+        def argument(expr: sympy.Expr) -> str:
             return self.args.size(V.graph.sizevars.lookup_precomputed_size(expr))
 
-        self.member_sizes = {
-            "starts": ["0" if start == 0 else argument(start) for start in starts],
-            "numels": [argument(numel) for numel in numels],
-        }
+        starts = itertools.accumulate(self._padded_numel_exprs()[:-1])
+        self.member_sizes = MemberSizes(
+            [0, *map(argument, starts)], [argument(s.numel_expr) for s in self.structures]
+        )
 
     def _take_members_tensors(self) -> None:
         """Make each member's tensors the kernel's arguments too, beside the representative's (as Inductor's kernel
