@@ -126,7 +126,7 @@ class SelectedGramEntriesToDotProducts(LoweringRule):
             # (the batch may be a symbol; the features' count and width, and the kept pairs, are the model's)
             raise Reject(f"features, width or pairs symbolic ({count}, {width}, {pairs}), or rows and cols of "
                          "different lengths")
-        if V.graph.sizevars.size_hint(batch * pairs * width) > MAX_PRODUCTS:  # a changing batch: by its hint
+        if V.graph.sizevars.optimization_hint(batch * pairs * width) > MAX_PRODUCTS:  # a changing batch: by its hint
             raise Reject(f"{batch}x{pairs} pairs of {width}: above {MAX_PRODUCTS} products, the bmm reuses rows better")
         load, row_of, col_of = boxed(left).make_loader(), rows.make_loader(), cols.make_loader()
 

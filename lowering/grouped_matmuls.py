@@ -25,10 +25,11 @@ import operator
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import size_hint, statically_known_true
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._pytree import tree_leaves
 
 from optimus_ir import grouped_mm, settings
+from optimus_ir.compat import symint_hint
 from optimus_ir.lowering import triton_kernels
 from optimus_ir.lowering.matmul_sum import MAX_REDUCTION_INNER, MAX_REDUCTION_PRODUCTS
 from optimus_ir.records import record
@@ -213,7 +214,7 @@ def _one_small_reduction(products: list[torch.fx.Node]) -> bool:
 
 
 def _hint(size: Any) -> int:
-    return size_hint(size, fallback=_UNHINTED)
+    return symint_hint(size, fallback=_UNHINTED)
 
 
 def groups(graph: torch.fx.Graph) -> tuple[list[list[Member]], list[tuple[torch.fx.Node, str]]]:

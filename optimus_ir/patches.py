@@ -6,8 +6,7 @@ While a pass is enabled, once ``torch._inductor.config`` is imported (:func:`ins
   (version and a hash of its sources) and the enabled passes. It is the hook Inductor puts in its FX-graph and
   AOTAutograd cache keys, so a graph compiled with other passes, or by another optimus_ir, is never served. Its
   first call (a cache miss, just before lowering) installs the compile hooks below;
-- ``config.pre_grad_custom_pass``: the graph rules on Dynamo's graph, before AOTAutograd (Inductor keys no cache
-  by it; the graph they leave is what the caches key);
+- ``config.pre_grad_custom_pass`` (keyed the same way): the graph rules on Dynamo's graph, before AOTAutograd;
 - ``config.joint_custom_post_pass`` (keyed the same way): the lowering rules' preparation of the joint graph;
 - ``config._pre_fusion_custom_pass`` (keyed the same way) and ``config._post_fusion_custom_pass``: the
   scheduler rules before and after Inductor's fusion (after them, the schedule's estimated peak, where the guard
@@ -71,7 +70,7 @@ def package_identity() -> str:
 
 
 @functools.cache
-def _pass_classes() -> tuple[type, type, type]:
+def _pass_classes() -> tuple[type, type, type, type]:
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class _Keyed(CustomGraphPass):
@@ -85,6 +84,10 @@ def _pass_classes() -> tuple[type, type, type]:
             chained = self.chained.uuid() if hasattr(self.chained, "uuid") else self.chained
             enabled = passes.active().key()
             return ("optimus_ir", type(self).__name__, package_identity(), enabled, settings.cache_key(), chained)
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            # torch 2.11 keys its caches by a pickle of the config, the pre-grad hook included: pickled as its key
+            return str, (repr(self.uuid()),)
 
     class OptimusGraphPass(_Keyed):
         """``post_grad_custom_post_pass``: the post-grad graph rules; and makes sure the compile hooks are
@@ -122,7 +125,20 @@ def _pass_classes() -> tuple[type, type, type]:
                 self.chained(graph)
             drivers.prepare_joint_graph(registry.rules_of(Stage.LOWERING), graph)
 
-    return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass
+    class OptimusPreGradPass(_Keyed):
+        """``pre_grad_custom_pass``: the graph rules on Dynamo's graph. Keyed too: torch 2.15 runs a pre-grad pass
+        after its cache lookup only where the pass has a ``uuid()``, and bypasses the caches otherwise."""
+
+        def __call__(self, graph: Any) -> None:
+            from optimus_ir import registry
+
+            if self.chained is not None:
+                self.chained(graph)
+            if dump.dump_dir() is not None:
+                dump.start()  # the dump of the graph compiled next holds these decisions too (its hooks come later)
+            drivers.run_graph_rules(registry.rules_of(Stage.PRE_GRAD), graph)
+
+    return OptimusGraphPass, OptimusPreFusionPass, OptimusJointPass, OptimusPreGradPass
 
 
 def post_fusion_pass(nodes: list[Any]) -> list[Any]:
@@ -140,29 +156,15 @@ def post_fusion_pass(nodes: list[Any]) -> list[Any]:
     return nodes
 
 
-def pre_grad_pass(graph: Any) -> None:
-    """``config.pre_grad_custom_pass``: whatever the user had installed there, then the graph rules."""
-    import torch._inductor.config as config
-
-    from optimus_ir import registry
-
-    chained = PATCHES.original(config, "pre_grad_custom_pass")
-    if chained is not None:
-        chained(graph)
-    if dump.dump_dir() is not None:
-        dump.start()  # the dump of the graph compiled next holds these decisions too (its hooks come later)
-    drivers.run_graph_rules(registry.rules_of(Stage.PRE_GRAD), graph)
-
-
 def install_config_hooks() -> None:
     """The config hooks (cache-keyed); the compile hooks wait for the first compile."""
     import torch._inductor.config as config
 
-    post_grad, pre_fusion, joint = _pass_classes()
+    post_grad, pre_fusion, joint, pre_grad = _pass_classes()
     PATCHES.replace(config, "post_grad_custom_post_pass", post_grad)
     PATCHES.replace(config, "_pre_fusion_custom_pass", pre_fusion)
     PATCHES.replace(config, "joint_custom_post_pass", joint)
-    PATCHES.replace(config, "pre_grad_custom_pass", lambda _: pre_grad_pass)
+    PATCHES.replace(config, "pre_grad_custom_pass", pre_grad)
     PATCHES.replace(config, "_post_fusion_custom_pass", lambda _: post_fusion_pass)
     after_import("torch._inductor.codecache", _install_cache_hook)
 

@@ -153,35 +153,27 @@ def _device_query_caches() -> tuple[Any, ...]:
     """Cached functions whose results depend on the CUDA device (its presence,
     properties or Triton target): cleared when the virtual device comes and
     goes, so that neither the real device's (or its absence's) answers leak
-    into the virtual one nor the reverse."""
+    into the virtual one nor the reverse. Every cache of the two modules of
+    device queries is taken, whatever a torch release names them."""
     from torch._inductor import comm_analysis
     from torch._inductor.codecache import CacheBase
     from torch._inductor.codegen.cuda import cuda_env
     from torch._inductor.kernel import mm
     from torch.utils import _triton
 
+    module_caches = tuple(
+        cached
+        for module in (inductor_utils, _triton)
+        for cached in vars(module).values()
+        if callable(getattr(cached, "cache_clear", None))
+    )
     return (
         DeviceProperties.create,
         CacheBase.get_system,
-        inductor_utils.get_gpu_type,
-        inductor_utils.is_big_gpu,
-        inductor_utils.get_max_num_sms,
-        inductor_utils.using_b200,
-        inductor_utils.get_device_tflops,
-        inductor_utils.get_gpu_dram_gbps,
         mm._is_sm7x_or_older_gpu,
         comm_analysis.get_gpu_type,
         cuda_env.get_cuda_arch,
-        _triton.has_triton,
-        _triton.triton_backend,
-        _triton.triton_hash_with_backend,
-        _triton._device_supports_tma,
-        _triton.has_triton_tma,
-        _triton.has_triton_tma_device,
-        _triton.has_triton_experimental_host_tma,
-        _triton.has_triton_tensor_descriptor_host_tma,
-        _triton.has_triton_stable_tma_api,
-        _triton.has_datacenter_blackwell_tma_device,
+        *module_caches,
     )
 
 

@@ -47,7 +47,7 @@ class BufferBytes:
         key = (name, own_elements)
         if key not in self._allocated:
             numel = sympy_product(layout.size) if own_elements else layout.storage_size()
-            size = V.graph.sizevars.size_hint(numel, fallback=0) * layout.dtype.itemsize
+            size = V.graph.sizevars.optimization_hint(numel, fallback=0) * layout.dtype.itemsize
             self._allocated[key] = in_blocks(size)
         return self._allocated[key]
 
@@ -57,7 +57,7 @@ class BufferBytes:
         pool)."""
         node = buf.node
         if node.get_name() not in self._reuse_kinds:
-            elements = V.graph.sizevars.size_hint(V.graph.get_allocation_storage_size(node), fallback=0)
+            elements = V.graph.sizevars.optimization_hint(V.graph.get_allocation_storage_size(node), fallback=0)
             key = (node.get_dtype(), elements, node.get_name() not in V.graph.unaligned_buffers)
             allocated_by_wrapper = not isinstance(node, (ir.ExternKernelAlloc, ir.MultiOutput))
             self._reuse_kinds[node.get_name()] = (key, elements * node.get_dtype().itemsize, allocated_by_wrapper)

@@ -256,7 +256,7 @@ class _Tracer:
         dtypes = tuple(str(V.graph.get_dtype(name)) for name in slots)
         numel_expr = None
         if not isinstance(numel, (int, sympy.Integer)):
-            numel_expr, numel = numel, V.graph.sizevars.size_hint(numel)
+            numel_expr, numel = numel, V.graph.sizevars.optimization_hint(numel)
         numbers = tuple(sorted((slot_of[name], name) for name in self.by_value))
         extent = "one row, any length" if one_row and rnumel != 1 else "rows of any length" if symbolic_rows else (
             sympy.sympify(rnumel))
@@ -264,7 +264,7 @@ class _Tracer:
         in_place = any(real != name for *_, written in self.traced for name, _, real in written)
         return Structure(
             key, slots, int(numel), [base.get(name, 0) for name in slots], in_place, tuple(self.divisors),
-            tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.size_hint(rnumel)),
+            tuple(self.flat_indices), numel_expr, int(V.graph.sizevars.optimization_hint(rnumel)),
             sympy.sympify(rnumel) if symbolic_rows else None,
             tuple(size for snode, *_ in self.traced for size in member_bounds(snode._body)),
             any(snode.is_reduction() for snode, *_ in self.traced),
