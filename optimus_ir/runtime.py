@@ -257,17 +257,19 @@ class InputChecks:
     """Inductor's ``assert_size_stride`` of a graph's inputs, all in one call where they pass as before.
 
     ``check(*inputs)`` is one C++ call over all the inputs (Dynamo's ``TensorGuards``, made from the inputs of a
-    call that passed): True only where each input has exactly the sizes and strides of that call's, and so passes
-    stock's asserts. Where it is False (the first call; other strides, dtypes or dispatch keys: ``inference_mode``),
-    ``assert_size_stride(*inputs)`` runs stock's asserts one by one, which raise stock's errors, then makes the
-    one-call check from these inputs (at most ``_REMADE_AT_MOST`` times: inputs that take turns at two layouts pay
-    stock's asserts and the failed check, never a new check each call as well).
+    call that passed): True only where each input has the dtype, device and dispatch keys of that call's inputs and
+    exactly the sizes and strides ``expected`` gives. A size or stride that is a symbol (``None`` in ``expected``)
+    is left to the wrapper, which compares all of them with the call's symbols in one tuple. Where either is False
+    (the first call; other strides, dtypes or dispatch keys: ``inference_mode``), ``assert_size_stride(*inputs,
+    symbols=...)`` runs stock's asserts one by one, each symbolic entry the call's value of it, which raise stock's
+    errors; then makes the one-call check from these inputs (at most ``_REMADE_AT_MOST`` times: inputs that take
+    turns at two layouts pay stock's asserts and the failed check, never a new check each call as well).
     """
 
     _REMADE_AT_MOST = 8
 
-    def __init__(self, expected: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
-        #: each input's size and stride, as stock's asserts have them
+    def __init__(self, expected: list[tuple[tuple[int | None, ...], tuple[int | None, ...]]]) -> None:
+        #: each input's size and stride, as stock's asserts have them; None where stock's is a symbolic expression
         self.expected = expected
         self._remade = 0
         self.check: Callable[..., bool] = self._nothing_checked_yet
@@ -276,12 +278,20 @@ class InputChecks:
     def _nothing_checked_yet(*inputs: torch.Tensor) -> bool:
         return False
 
-    def assert_size_stride(self, *inputs: torch.Tensor) -> None:
+    def assert_size_stride(self, *inputs: torch.Tensor, symbols: tuple[int, ...] = ()) -> None:
+        """Stock's asserts of ``inputs``; ``symbols``: the call's values of the None entries of ``expected``, in
+        order (each input's sizes, then its strides)."""
+        values = iter(symbols)
         for tensor, (size, stride) in zip(inputs, self.expected, strict=True):
+            size = tuple(next(values) if s is None else s for s in size)
+            stride = tuple(next(values) if s is None else s for s in stride)
             _assert_size_stride(tensor, size, stride)
         if self._remade < self._REMADE_AT_MOST:
             self._remade += 1
-            self.check = _TensorGuards(*inputs, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+            self.check = _TensorGuards(
+                *inputs, dynamic_dims_sizes=[list(size) for size, _ in self.expected],
+                dynamic_dims_strides=[list(stride) for _, stride in self.expected],
+            ).check
 
 
 class _ThreadSlots(threading.local):

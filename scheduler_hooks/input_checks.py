@@ -29,26 +29,28 @@ class InputAssertsToOneCheck(WrapperRule):
     Before (stock's wrapper)::
 
         def call(args):
-            arg0_1, arg1_1, arg2_1 = args
+            arg0_1, arg1_1, arg2_1, arg3_1 = args
             args.clear()
+            s0 = arg2_1
             assert_size_stride(arg0_1, (64, 256), (256, 1))
-            assert_size_stride(arg1_1, (64, 256), (256, 1))
-            assert_size_stride(arg2_1, (32, 96), (96, 1))
+            assert_size_stride(arg1_1, (32, 96), (96, 1))
+            assert_size_stride(arg3_1, (s0, 256), (256, 1))
 
     After::
 
-        input_checks = InputChecks([((64, 256), (256, 1)), ((64, 256), (256, 1)), ((32, 96), (96, 1))])
+        input_checks = InputChecks([((64, 256), (256, 1)), ((32, 96), (96, 1)), ((None, 256), (256, 1))])
 
         def call(args):
-            arg0_1, arg1_1, arg2_1 = args
+            arg0_1, arg1_1, arg2_1, arg3_1 = args
             args.clear()
-            if not input_checks.check(arg0_1, arg1_1, arg2_1):
-                input_checks.assert_size_stride(arg0_1, arg1_1, arg2_1)
+            s0 = arg2_1
+            if not (input_checks.check(arg0_1, arg1_1, arg3_1) and (arg3_1.size(0),) == (s0,)):
+                input_checks.assert_size_stride(arg0_1, arg1_1, arg3_1, symbols=(s0,))
 
-    ``check`` is one C++ call that is True only for inputs with the sizes and strides of inputs that passed
-    stock's asserts before; otherwise stock's asserts run, and raise its errors (``optimus_ir.runtime.InputChecks``).
-    Inputs of symbolic sizes (dynamic shapes) keep their own assert lines. Only for the Python wrapper of a whole
-    graph (not a subgraph's, nor the C++ wrapper), with at least two inputs of static sizes.
+    ``check`` is one C++ call that is True only for inputs with the layouts of inputs that passed stock's asserts
+    before, their sizes and strides that are symbols (dynamic shapes) compared with the call's symbols in one tuple;
+    otherwise stock's asserts run, and raise its errors (``optimus_ir.runtime.InputChecks``). Only for the Python
+    wrapper of a whole graph (not a subgraph's, nor the C++ wrapper), with at least two inputs.
     """
 
     pass_name = "horizontal"
@@ -58,41 +60,61 @@ class InputAssertsToOneCheck(WrapperRule):
 
         if type(wrapper) is not PythonWrapperCodegen:
             raise NotApplicable(type(wrapper).__name__)
-        static = {}  # line index -> (input name, size, stride)
+        asserts = {}  # line index -> (input name, size, stride): each entry an int or a symbolic expression's text
         for index, line in enumerate(lines):
-            checked = _static_assert(line)
+            checked = _assert(line)
             if checked is not None:
-                static[index] = checked
-        if len(static) < 2:
-            raise NotApplicable(f"{len(static)} input(s) of static sizes")
-        inputs = [name for name, _, _ in static.values()]
+                asserts[index] = checked
+        if len(asserts) < 2:
+            raise NotApplicable(f"{len(asserts)} input(s) asserted")
+        inputs = [name for name, _, _ in asserts.values()]
         names = ", ".join(inputs)
+        actual, symbols = [], []
+        for name, size, stride in asserts.values():
+            for method, entries in (("size", size), ("stride", stride)):
+                for dim, entry in enumerate(entries):
+                    if isinstance(entry, str):
+                        actual.append(f"{name}.{method}({dim})")
+                        symbols.append(entry)
+        expected = [
+            tuple(tuple(None if isinstance(e, str) else e for e in entries) for entries in (size, stride))
+            for _, size, stride in asserts.values()
+        ]
         wrapper.header.writeline("from optimus_ir.runtime import InputChecks")
-        expected = [(size, stride) for _, size, stride in static.values()]
         wrapper.header.writeline(f"{_CHECKS} = InputChecks({expected!r})")
-        kept = [line for index, line in enumerate(lines) if index not in static]
-        detail = f"{len(static)} inputs' assert_size_stride → one check"
-        if kept:
-            detail += f"; {len(kept)} line(s) kept (symbolic sizes)"
-        lines = [f"if not {_CHECKS}.check({names}):", f"    {_CHECKS}.assert_size_stride({names})", *kept]
-        return lines, inputs, detail
+        check, asserted = f"{_CHECKS}.check({names})", names
+        if symbols:
+            check = f"({check} and ({', '.join(actual)},) == ({', '.join(symbols)},))"
+            asserted += f", symbols=({', '.join(symbols)},)"
+        kept = [line for index, line in enumerate(lines) if index not in asserts]
+        detail = f"{len(asserts)} inputs' assert_size_stride → one check"
+        if symbols:
+            detail += f" ({len(symbols)} symbolic sizes or strides compared in one tuple)"
+        return [f"if not {check}:", f"    {_CHECKS}.assert_size_stride({asserted})", *kept], inputs, detail
 
 
-def _static_assert(line: str) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
-    """``(input, size, stride)`` of a line ``assert_size_stride(input, size, stride)`` whose size and stride are
-    integers; None for any other line."""
+def _assert(line: str) -> tuple[str, tuple[int | str, ...], tuple[int | str, ...]] | None:
+    """``(input, size, stride)`` of a line ``assert_size_stride(input, size, stride)``, each entry of the size and
+    stride an integer or the text of a symbolic expression; None for any other line."""
     try:
-        call = ast.parse(line, mode="eval").body
+        call = ast.parse(line.strip(), mode="eval").body
     except SyntaxError:
         return None
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "assert_size_stride"
-            and len(call.args) == 3 and not call.keywords and isinstance(call.args[0], ast.Name)):
+            and len(call.args) == 3 and not call.keywords and isinstance(call.args[0], ast.Name)
+            and all(isinstance(arg, ast.Tuple) for arg in call.args[1:])):
         return None
-    try:
-        size, stride = ast.literal_eval(call.args[1]), ast.literal_eval(call.args[2])
-    except ValueError:
-        return None
+    size, stride = (tuple(_entry(e) for e in arg.elts) for arg in call.args[1:])
     return call.args[0].id, size, stride
+
+
+def _entry(node: ast.expr) -> int | str:
+    """A size or stride entry: its integer, or the text of its expression (a symbol's)."""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+    return value if isinstance(value, int) else ast.unparse(node)
 
 
 class InputAlignmentCheckedByMemberTables(SchedulerRule):

@@ -53,22 +53,35 @@ def test_a_graph_of_one_input_keeps_its_assert():
     assert _checks_in(report.wrapper) == ["assert_size_stride(arg0_1, (64, 256), (256, 1))"]
 
 
-def test_inputs_of_symbolic_sizes_keep_their_asserts():
+def test_inputs_of_symbolic_sizes_are_checked_in_the_one_check_their_symbols_in_one_tuple():
     codes = []
-    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, \
+    stock_asserts = mock.patch.object(InputChecks, "assert_size_stride", autospec=True,
+                                      side_effect=InputChecks.assert_size_stride)
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, stock_asserts as asserted, \
             mock.patch.object(GraphLowering, "save_output_code", codes.append):
         compiled = torch.compile(tanh_scale_each)
-        for rows in (64, 48):
+        for rows in (64, 48, 48, 40):
             inputs = [torch.randn(rows, 256), torch.randn(64, 256), torch.randn(64, 256)]
             torch._dynamo.mark_dynamic(inputs[0], 0)
             torch.testing.assert_close(compiled(*inputs), tanh_scale_each(*inputs))
     [code] = codes  # one compile: the first input's rows are a symbol
     [fired] = [r for r in records if r.rule == RULE]
-    assert fired.detail == "2 inputs' assert_size_stride → one check; 1 line(s) kept (symbolic sizes)"
-    checks = _checks_in(code)
-    assert [line for line in checks if line.startswith("assert_size_stride(")] == [
-        "assert_size_stride(arg1_1, (s31, 256), (256, 1))"]
-    assert "if not input_checks.check(arg2_1, arg3_1):" in checks
+    assert fired.detail == "3 inputs' assert_size_stride → one check (1 symbolic sizes or strides compared in one tuple)"
+    assert _checks_in(code)[1:] == [
+        "if not (input_checks.check(arg1_1, arg2_1, arg3_1) and (arg1_1.size(0),) == (s31,)):",
+        "input_checks.assert_size_stride(arg1_1, arg2_1, arg3_1, symbols=(s31,))",
+    ]
+    assert asserted.call_count == 1  # the first call only: the check passes at each new size
+
+
+def test_input_checks_of_a_symbolic_size_raise_stocks_error_for_a_wrong_one():
+    a, b = torch.randn(4, 8), torch.randn(8)
+    checks = InputChecks([((None, 8), (8, 1)), ((8,), (1,))])
+    checks.assert_size_stride(a, b, symbols=(4,))
+    assert checks.check(torch.randn(6, 8), b)  # the symbolic rows: the wrapper compares them with the call's symbol
+    assert not checks.check(torch.randn(6, 9)[:, :8], b)  # a static stride differs
+    with pytest.raises(AssertionError, match=r"expected size 4==5, stride 8==8 at dim=0"):
+        checks.assert_size_stride(a, b, symbols=(5,))
 
 
 def test_the_compiled_call_checks_once_with_stocks_asserts_then_in_one_call():
