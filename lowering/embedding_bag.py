@@ -208,16 +208,24 @@ class _Bags:
     ``[offsets[b], end(b))``, ``end(b) = offsets[b + 1]``, or the number of ids for the last bag without
     ``include_last_offset``; ids in no bag (before ``offsets[0]``, from the last offset on) are not read."""
 
-    offsets: Any  # a realized TensorBox, contiguous from its buffer's start (ops.bucketize reads it from there)
+    offsets: Any  # a TensorBox: realized, contiguous from its buffer's start, where ops.bucketize reads it
     count: sympy.Expr  # bags: a number, or a size symbol (a batch that changes)
     closed: bool  # include_last_offset: the offsets end with the last bag's end
 
     @classmethod
     def of(cls, offsets: Any, count: sympy.Expr, closed: bool) -> _Bags:
+        """Bags whose offsets :meth:`bag_of` searches: a buffer of their own."""
         offsets = ir.TensorBox(ir.ExternKernel.realize_input(offsets))
         layout = offsets.get_layout()
         if layout.offset != 0 or layout.stride[-1] != 1:  # a view of a [T, B+1] offsets tensor
             offsets = ir.TensorBox(ir.ExternKernel.copy_input(offsets))
+        return cls(offsets, sympy.sympify(count), closed)
+
+    @classmethod
+    def read(cls, offsets: Any, count: sympy.Expr, closed: bool) -> _Bags:
+        """Bags whose :meth:`bounds` alone are read: the offsets as they come, a view of a feature's run of all
+        features' offsets, or a pointwise op (a feature's offsets rebased to its first) read in the reader's
+        kernel, neither copied nor computed into a buffer of their own."""
         return cls(offsets, sympy.sympify(count), closed)
 
     def bag_of(self, position: Any) -> tuple[Any, Any]:
@@ -329,7 +337,7 @@ class EmbeddingBagToSegmentSum(LoweringRule):
         rows, dim = _static_table(weight)
         # the ids' and bags' counts may be symbols (jagged features, a batch that changes): the kernel takes them
         numel, count = indices.get_size()[0], offsets.get_size()[0] - int(include_last_offset)
-        bags = _Bags.of(offsets, count, include_last_offset)
+        bags = _Bags.read(offsets, count, include_last_offset)
         ids_ref = (*_contiguous_run(indices), numel)
         weights_ref = None if per_sample_weights is None else _contiguous_run(per_sample_weights)
         dtype, acc = weight.get_dtype(), _accumulator(weight.get_dtype())

@@ -424,3 +424,48 @@ def test_jagged_tables_whose_batch_and_id_counts_change(training, mode, include_
                 )
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
     assert all(r.fired for r in records if r.rule.startswith("EmbeddingBag")) and records
+
+
+class ValuesSplitPerFeature(nn.Module):
+    """TorchRec's layout: one values tensor of every feature's ids, split by the features' id counts (ints that
+    change every batch), and each feature's offsets a row of one ``[features, bags + 1]`` tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables = nn.ModuleList(nn.EmbeddingBag(rows, 16, include_last_offset=True) for rows in (50, 70, 90))
+        self.norms = nn.ModuleList(nn.LayerNorm(16) for _ in self.tables)
+
+    def forward(self, values: torch.Tensor, counts: list[int], offsets: torch.Tensor) -> torch.Tensor:
+        ids = values.split(counts)
+        return torch.cat([n(t(i, offsets[k])) for k, (t, n, i) in enumerate(zip(self.tables, self.norms, ids))], 1)
+
+
+def test_one_values_tensor_split_per_feature_reads_each_features_offsets_where_they_lie():
+    # each feature's offsets read in place from their row (no copy of the row per feature); with static counts the
+    # tables and their norms are one kernel; the loop's symbolic graph (counts and bags symbols) serves the later
+    # batches with eager's numbers and fewer launches than stock's
+    torch.manual_seed(0)
+    model = ValuesSplitPerFeature().eval().requires_grad_(False)
+
+    def batch(bags):
+        jagged = [_jagged(t.num_embeddings, bags=bags) for t in model.tables]
+        return torch.cat([i for i, _ in jagged]), [i.numel() for i, _ in jagged], torch.stack([o for _, o in jagged])
+
+    static = compile_report(model, batch(8))
+    assert len(static.launches) == 1, static.launches
+    values, counts, offsets = batch(8)
+    torch._dynamo.mark_dynamic(values, 0)
+    torch._dynamo.mark_dynamic(offsets, 1)
+    stock = compile_report(model, (values, counts, offsets), passes=None, dynamic=True)
+    symbolic = compile_report(model, (values, counts, offsets), dynamic=True)
+    assert all("_poi_" not in name for name in symbolic.launches), symbolic.launches  # no copy of offsets
+    assert len(symbolic.launches) < len(stock.launches), (symbolic.launches, stock.launches)
+
+    compiled = torch.compile(model)
+    torch._dynamo.utils.counters.clear()
+    with optimus_ir.enabled(), cpu_triton_interpreter(), recording() as records, torch.no_grad():
+        for bags in (8, 13, 10):
+            values, counts, offsets = batch(bags)
+            torch.testing.assert_close(compiled(values, counts, offsets), model(values, counts, offsets))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # none for the third batch
+    assert [r.fired for r in records if r.rule == RULE] == [True] * 6
