@@ -288,10 +288,18 @@ class InputChecks:
             _assert_size_stride(tensor, size, stride)
         if self._remade < self._REMADE_AT_MOST:
             self._remade += 1
+            # each input's own sizes and strides, which passed (a dimension of size 1 passes any stride), less its
+            # symbolic ones
+            pairs = list(zip(inputs, self.expected))
             self.check = _TensorGuards(
-                *inputs, dynamic_dims_sizes=[list(size) for size, _ in self.expected],
-                dynamic_dims_strides=[list(stride) for _, stride in self.expected],
+                *inputs,
+                dynamic_dims_sizes=[_but_symbolic(t.size(), size) for t, (size, _) in pairs],
+                dynamic_dims_strides=[_but_symbolic(t.stride(), stride) for t, (_, stride) in pairs],
             ).check
+
+
+def _but_symbolic(actual: tuple[int, ...], expected: tuple[int | None, ...]) -> list[int | None]:
+    return [None if e is None else a for a, e in zip(actual, expected)]
 
 
 class _ThreadSlots(threading.local):

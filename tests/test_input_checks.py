@@ -66,7 +66,8 @@ def test_inputs_of_symbolic_sizes_are_checked_in_the_one_check_their_symbols_in_
             torch.testing.assert_close(compiled(*inputs), tanh_scale_each(*inputs))
     [code] = codes  # one compile: the first input's rows are a symbol
     [fired] = [r for r in records if r.rule == RULE]
-    assert fired.detail == "3 inputs' assert_size_stride → one check (1 symbolic sizes or strides compared in one tuple)"
+    assert fired.detail == ("3 inputs' assert_size_stride → one check (1 symbolic sizes or strides compared in one "
+                            "tuple)")
     assert _checks_in(code)[1:] == [
         "if not (input_checks.check(arg1_1, arg2_1, arg3_1) and (arg1_1.size(0),) == (s31,)):",
         "input_checks.assert_size_stride(arg1_1, arg2_1, arg3_1, symbols=(s31,))",
@@ -121,6 +122,13 @@ def test_input_checks_raise_stocks_error_for_a_wrong_layout():
     with pytest.raises(AssertionError, match=r"expected size 4==4, stride 1==8 at dim=0"):
         checks.assert_size_stride(a, torch.randn(8, 4).t())
     assert not checks.check(a, torch.randn(4, 8))  # a failed assert arms nothing
+
+
+def test_input_checks_vouch_for_a_dimension_of_size_one_whatever_its_stride_as_stocks_asserts_do():
+    a = torch.randn(1, 8).as_strided((1, 8), (99, 1))  # stock's assert ignores a size-1 dimension's stride
+    checks = InputChecks([((1, 8), (8, 1)), ((None, 8), (8, 1))])
+    checks.assert_size_stride(a, torch.randn(3, 8), symbols=(3,))
+    assert checks.check(a, torch.randn(5, 8))
 
 
 def test_input_checks_follow_a_change_of_mode_and_stop_remaking_after_a_few():
