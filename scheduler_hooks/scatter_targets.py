@@ -8,6 +8,7 @@ from typing import Any
 from torch._inductor.dependencies import WeakDep
 from torch._inductor.scheduler import SchedulerNode
 
+from optimus_ir.compat import can_fuse_before_streams
 from optimus_ir.records import record
 from optimus_ir.rule import SchedulerRule, Stage
 
@@ -54,7 +55,8 @@ class ScatterTargetFilledAfterScatterInputs(SchedulerRule):
                     # both, and ordering it after that input would cost their fusion (a kernel more than stock)
                     inputs = sorted(
                         dep.name for dep in snode.read_writes.reads
-                        if dep.name != target and dep.name in writer and not scheduler.can_fuse(writer[dep.name], node)
+                        if dep.name != target and dep.name in writer
+                        and not can_fuse_before_streams(scheduler, writer[dep.name], node)
                     )
                     for dep_name in inputs:
                         fill.add_fake_dep(WeakDep(dep_name, mutating_buf=target, is_fake=True))
