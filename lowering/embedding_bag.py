@@ -223,9 +223,8 @@ class _Bags:
 
     @classmethod
     def read(cls, offsets: Any, count: sympy.Expr, closed: bool) -> _Bags:
-        """Bags whose :meth:`bounds` alone are read: the offsets as they come, a view of a feature's run of all
-        features' offsets, or a pointwise op (a feature's offsets rebased to its first) read in the reader's
-        kernel, neither copied nor computed into a buffer of their own."""
+        """Bags whose :meth:`bounds` alone are read: the offsets as they come (a view of a feature's row of all
+        features' offsets is read in place, not copied into a buffer of its own)."""
         return cls(offsets, sympy.sympify(count), closed)
 
     def bag_of(self, position: Any) -> tuple[Any, Any]:

@@ -4,6 +4,7 @@ gives, so that rules, patches and the virtual device read the same on every rele
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch.fx.experimental.symbolic_shapes as _symbolic_shapes
@@ -33,7 +34,7 @@ def can_fuse_before_streams(scheduler: Any, node1: Any, node2: Any) -> bool:
     assigned the state its ``can_fuse`` reads (:data:`_UNASSIGNED_BEFORE_FUSION`, lent for the call)."""
     lent = [name for name in _UNASSIGNED_BEFORE_FUSION if not hasattr(scheduler, name)]
     for name in lent:
-        setattr(scheduler, name, type(_UNASSIGNED_BEFORE_FUSION[name])(_UNASSIGNED_BEFORE_FUSION[name]))
+        setattr(scheduler, name, copy.copy(_UNASSIGNED_BEFORE_FUSION[name]))
     try:
         return scheduler.can_fuse(node1, node2)
     finally:
